@@ -1,0 +1,1 @@
+"""modeling package."""

@@ -1,0 +1,1 @@
+"""optimization package."""

