@@ -1,0 +1,57 @@
+"""Multi-head self-attention (`attention/self/{query,key,value}` in Google's names).
+
+Scores are computed in the compute dtype and the softmax in float32: a float16 softmax over
+512 positions with a -10000 padding bias loses the small probabilities that matter.
+"""
+import math
+
+import tensorflow as tf
+
+from modeling import core
+
+# Added to the scores of padding positions: exp(-10000) is 0 in every float type and
+# -10000 fits float16 (whose minimum is -65504).
+MASK_BIAS = -10000.0
+
+
+def attention_bias_from_mask(input_mask, dtype):
+    """[batch, seq] 1/0 mask -> [batch, 1, 1, seq] additive bias (0 keep, -10000 drop)."""
+    mask = tf.cast(input_mask, tf.float32)[:, tf.newaxis, tf.newaxis, :]
+    return tf.cast((1.0 - mask) * MASK_BIAS, dtype)
+
+
+def _split_heads(x, batch, seq, heads, head_size):
+    """[batch*seq, heads*head_size] -> [batch, heads, seq, head_size]."""
+    x = tf.reshape(x, [batch, seq, heads, head_size])
+    return tf.transpose(x, [0, 2, 1, 3])
+
+
+def self_attention(hidden, attention_bias, batch, seq, config, is_training):
+    """Scaled dot-product attention over all heads.
+
+    hidden: [batch*seq, hidden] in the compute dtype; attention_bias: [batch, 1, 1, seq] or
+    None. Returns the context [batch*seq, hidden] (before the output projection).
+    """
+    heads, head_size = config.num_attention_heads, config.head_size
+    query = core.dense(hidden, heads * head_size, "query",
+                       initializer_range=config.initializer_range)
+    key = core.dense(hidden, heads * head_size, "key",
+                     initializer_range=config.initializer_range)
+    value = core.dense(hidden, heads * head_size, "value",
+                       initializer_range=config.initializer_range)
+
+    query = _split_heads(query, batch, seq, heads, head_size)
+    key = _split_heads(key, batch, seq, heads, head_size)
+    value = _split_heads(value, batch, seq, heads, head_size)
+
+    # [batch, heads, seq_q, seq_k]
+    scores = tf.matmul(query, key, transpose_b=True)
+    scores = scores * tf.cast(1.0 / math.sqrt(head_size), scores.dtype)
+    if attention_bias is not None:
+        scores = scores + attention_bias
+    probs = tf.cast(tf.nn.softmax(tf.cast(scores, tf.float32), axis=-1), hidden.dtype)
+    probs = core.dropout(probs, config.attention_probs_dropout_prob, is_training)
+
+    context = tf.matmul(probs, value)                      # [batch, heads, seq, head_size]
+    context = tf.transpose(context, [0, 2, 1, 3])          # [batch, seq, heads, head_size]
+    return tf.reshape(context, [batch * seq, heads * head_size])

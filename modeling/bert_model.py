@@ -1,0 +1,91 @@
+"""`BertModel`: Google's BERT encoder, in graph mode, with a selectable compute dtype.
+
+Usage inside an Estimator `model_fn` (or any tf.compat.v1 graph):
+
+    config = BertConfig.from_json_file("bert_config.json")
+    model = BertModel(config, is_training=True, input_ids=ids, input_mask=mask,
+                      token_type_ids=segments, compute_type="bfloat16")
+    pooled = model.get_pooled_output()                 # [batch, hidden], float32
+    sequence = model.get_sequence_output()             # [batch, seq, hidden], float32
+
+Variables live under `bert/` with Google's names, so `tf.compat.v1.train.init_from_checkpoint`
+maps a released Google checkpoint one to one. Outputs are returned in float32 whatever the
+compute dtype, so heads and losses downstream need no precision handling of their own.
+"""
+import tensorflow as tf
+
+from modeling import core
+from modeling.attention import attention_bias_from_mask
+from modeling.embeddings import embedding_lookup, embedding_postprocessor
+from modeling.transformer import transformer_encoder
+
+tf1 = tf.compat.v1
+
+
+class BertModel:
+    """BERT encoder: embeddings -> Transformer stack -> pooler.
+
+    Args:
+      config: `BertConfig`.
+      is_training: enables dropout.
+      input_ids: int32/int64 [batch, seq].
+      input_mask: int [batch, seq], 1 for real tokens, 0 for padding (default: all 1).
+      token_type_ids: int [batch, seq] segment ids (default: all 0).
+      use_one_hot_embeddings: one-hot matmul lookup (TPU style) instead of gather.
+      scope: variable scope, default "bert".
+      compute_type: float32, float16 or bfloat16 (variables stay float32).
+    """
+
+    def __init__(self, config, is_training, input_ids, input_mask=None, token_type_ids=None,
+                 use_one_hot_embeddings=False, scope=None, compute_type=tf.float32):
+        self.config = config
+        self.compute_type = core.as_compute_dtype(compute_type)
+        input_ids = tf.convert_to_tensor(input_ids)
+        batch, seq = core.get_shape_list(input_ids, expected_rank=2, name="input_ids")
+        if input_mask is None:
+            input_mask = tf.ones([batch, seq], dtype=tf.int32)
+        if token_type_ids is None:
+            token_type_ids = tf.zeros([batch, seq], dtype=tf.int32)
+
+        with tf1.variable_scope(scope, default_name="bert"):
+            with tf1.variable_scope("embeddings"):
+                word_embeddings, self.embedding_table = embedding_lookup(
+                    input_ids, config.vocab_size, config.hidden_size, config.initializer_range,
+                    use_one_hot_embeddings=use_one_hot_embeddings)
+                self.embedding_output = embedding_postprocessor(
+                    word_embeddings, token_type_ids, config, is_training, self.compute_type)
+
+            with tf1.variable_scope("encoder"):
+                bias = attention_bias_from_mask(input_mask, self.compute_type)
+                self._encoder_layers = transformer_encoder(self.embedding_output, bias, config,
+                                                           is_training)
+            self.all_encoder_layers = [tf.cast(x, tf.float32) for x in self._encoder_layers]
+            self.sequence_output = self.all_encoder_layers[-1]
+
+            with tf1.variable_scope("pooler"):
+                # The pooler reads the [CLS] position: [batch, hidden] -> [batch, hidden].
+                first_token = self._encoder_layers[-1][:, 0, :]
+                pooled = core.dense(first_token, config.hidden_size, "dense",
+                                    activation=tf.tanh,
+                                    initializer_range=config.initializer_range)
+                self.pooled_output = tf.cast(pooled, tf.float32)
+
+    def get_pooled_output(self):
+        """[batch, hidden] float32: tanh(dense(first token)), for classification."""
+        return self.pooled_output
+
+    def get_sequence_output(self):
+        """[batch, seq, hidden] float32: the last encoder layer."""
+        return self.sequence_output
+
+    def get_all_encoder_layers(self):
+        """List of num_hidden_layers tensors [batch, seq, hidden] float32."""
+        return self.all_encoder_layers
+
+    def get_embedding_output(self):
+        """[batch, seq, hidden] in the compute dtype: embeddings after LayerNorm/dropout."""
+        return self.embedding_output
+
+    def get_embedding_table(self):
+        """[vocab, hidden] float32 variable `bert/embeddings/word_embeddings`."""
+        return self.embedding_table

@@ -1,0 +1,98 @@
+"""Graph-mode building blocks shared by every BERT layer: shapes, variables, dense, layer norm.
+
+Variables are always created in float32 (the master weights) and cast to the layer's compute
+dtype when read, which is what mixed precision needs: float16/bfloat16 matmuls with float32
+weights to update. Layer norm always computes in float32, because its mean/variance lose too
+much precision in 16 bits. Variable names follow Google's `tf.layers.dense` and
+`tf.contrib.layers.layer_norm` (`kernel`/`bias`, `LayerNorm/beta|gamma`) so checkpoints
+match theirs without any mapping.
+"""
+import tensorflow as tf
+
+tf1 = tf.compat.v1
+
+_DTYPES = {"float32": tf.float32, "fp32": tf.float32, "float16": tf.float16, "fp16": tf.float16,
+           "bfloat16": tf.bfloat16, "bf16": tf.bfloat16}
+
+
+def as_compute_dtype(dtype):
+    """Normalises 'float16'/'fp16'/tf.float16/... to a `tf.DType`; only float types allowed."""
+    if isinstance(dtype, str):
+        if dtype.lower() not in _DTYPES:
+            raise ValueError(f"unsupported compute dtype {dtype!r}: use float32, float16 or bfloat16")
+        return _DTYPES[dtype.lower()]
+    dtype = tf.as_dtype(dtype)
+    if dtype not in (tf.float32, tf.float16, tf.bfloat16):
+        raise ValueError(f"unsupported compute dtype {dtype.name}: use float32, float16 or bfloat16")
+    return dtype
+
+
+def get_shape_list(tensor, expected_rank=None, name=None):
+    """Static dimensions where known, dynamic scalars elsewhere (so reshapes work in both)."""
+    if expected_rank is not None:
+        ranks = expected_rank if isinstance(expected_rank, (list, tuple)) else [expected_rank]
+        if tensor.shape.ndims not in ranks:
+            raise ValueError(f"tensor {name or tensor.name} has rank {tensor.shape.ndims}, "
+                             f"expected {ranks}")
+    shape = tensor.shape.as_list()
+    dynamic = None
+    for index, dim in enumerate(shape):
+        if dim is None:
+            if dynamic is None:
+                dynamic = tf.shape(tensor)
+            shape[index] = dynamic[index]
+    return shape
+
+
+def create_initializer(initializer_range=0.02):
+    """Truncated normal, as Google initialises every BERT weight."""
+    return tf1.truncated_normal_initializer(stddev=initializer_range)
+
+
+def get_variable(name, shape, initializer, compute_dtype=tf.float32):
+    """A float32 variable, returned cast to `compute_dtype` (a no-op in float32)."""
+    variable = tf1.get_variable(name, shape=shape, dtype=tf.float32, initializer=initializer)
+    if compute_dtype != tf.float32:
+        return tf.cast(variable, compute_dtype)
+    return variable
+
+
+def dense(inputs, units, name, activation=None, initializer_range=0.02, compute_dtype=None):
+    """`tf.layers.dense` equivalent on the last axis: [..., in] -> [..., units].
+
+    Creates `<name>/kernel` [in, units] and `<name>/bias` [units]. Rank-3 inputs are folded to
+    rank 2 for the matmul (one large GEMM rather than a batched one).
+    """
+    compute_dtype = compute_dtype or inputs.dtype
+    in_width = inputs.shape[-1]
+    with tf1.variable_scope(name):
+        kernel = get_variable("kernel", [in_width, units], create_initializer(initializer_range),
+                              compute_dtype)
+        bias = get_variable("bias", [units], tf1.zeros_initializer(), compute_dtype)
+    shape = get_shape_list(inputs)
+    flat = tf.reshape(inputs, [-1, in_width]) if len(shape) != 2 else inputs
+    output = tf.nn.bias_add(tf.matmul(flat, kernel), bias)
+    if activation is not None:
+        output = activation(output)
+    if len(shape) != 2:
+        output = tf.reshape(output, shape[:-1] + [units])
+    return output
+
+
+def layer_norm(inputs, name="LayerNorm", epsilon=1e-12):
+    """Layer normalisation over the last axis, computed in float32, returned in input dtype."""
+    width = inputs.shape[-1]
+    with tf1.variable_scope(name):
+        beta = tf1.get_variable("beta", [width], tf.float32, tf1.zeros_initializer())
+        gamma = tf1.get_variable("gamma", [width], tf.float32, tf1.ones_initializer())
+    x = tf.cast(inputs, tf.float32)
+    mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+    normed = (x - mean) * tf.math.rsqrt(variance + epsilon) * gamma + beta
+    return tf.cast(normed, inputs.dtype)
+
+
+def dropout(inputs, rate, is_training):
+    """Dropout only when training with a non-zero rate (keeps inference graphs free of it)."""
+    if not is_training or rate is None or rate == 0.0:
+        return inputs
+    return tf.nn.dropout(inputs, rate=rate)

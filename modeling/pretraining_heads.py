@@ -1,0 +1,73 @@
+"""Pre-training heads with Google's names: masked-LM (`cls/predictions`) and next sentence
+(`cls/seq_relationship`).
+
+The masked-LM decoder is tied to the word-embedding table (its transpose), with its own
+output bias, exactly as in the released checkpoints. Losses are computed in float32.
+"""
+import tensorflow as tf
+
+from modeling import core
+from modeling.activations import get_activation
+
+tf1 = tf.compat.v1
+
+
+def gather_indexes(sequence_tensor, positions):
+    """Rows of `sequence_tensor` [batch, seq, width] at `positions` [batch, n] ->
+    [batch*n, width]."""
+    batch, seq, width = core.get_shape_list(sequence_tensor, expected_rank=3)
+    offsets = tf.reshape(tf.range(0, batch, dtype=tf.int32) * seq, [-1, 1])
+    flat_positions = tf.reshape(tf.cast(positions, tf.int32) + offsets, [-1])
+    flat_sequence = tf.reshape(sequence_tensor, [batch * seq, width])
+    return tf.gather(flat_sequence, flat_positions)
+
+
+def masked_lm_output(config, input_tensor, embedding_table, positions, label_ids,
+                     label_weights, compute_type=tf.float32):
+    """Masked-LM head and loss.
+
+    input_tensor: [batch, seq, hidden] (the sequence output); positions, label_ids,
+    label_weights: [batch, max_predictions] (weights 1.0 for real predictions, 0 padding).
+    Returns (loss scalar, per_example_loss [batch*n], log_probs [batch*n, vocab]).
+    """
+    compute_type = core.as_compute_dtype(compute_type)
+    selected = tf.cast(gather_indexes(input_tensor, positions), compute_type)
+    with tf1.variable_scope("cls/predictions"):
+        with tf1.variable_scope("transform"):
+            selected = core.dense(selected, config.hidden_size, "dense",
+                                  activation=get_activation(config.hidden_act),
+                                  initializer_range=config.initializer_range)
+            selected = core.layer_norm(selected, epsilon=config.layer_norm_eps)
+        output_bias = tf1.get_variable("output_bias", [config.vocab_size], tf.float32,
+                                       tf1.zeros_initializer())
+        logits = tf.matmul(selected, tf.cast(embedding_table, compute_type), transpose_b=True)
+        logits = tf.cast(logits, tf.float32) + output_bias
+        log_probs = tf.nn.log_softmax(logits, axis=-1)
+
+        label_ids = tf.reshape(label_ids, [-1])
+        label_weights = tf.cast(tf.reshape(label_weights, [-1]), tf.float32)
+        one_hot = tf.one_hot(label_ids, depth=config.vocab_size, dtype=tf.float32)
+        per_example_loss = -tf.reduce_sum(log_probs * one_hot, axis=[-1])
+        numerator = tf.reduce_sum(label_weights * per_example_loss)
+        denominator = tf.reduce_sum(label_weights) + 1e-5
+        loss = numerator / denominator
+    return loss, per_example_loss, log_probs
+
+
+def next_sentence_output(config, pooled_output, labels):
+    """Next-sentence head: pooled [batch, hidden], labels [batch] or [batch, 1] (1 = random).
+
+    Returns (loss scalar, per_example_loss [batch], log_probs [batch, 2]).
+    """
+    with tf1.variable_scope("cls/seq_relationship"):
+        weights = tf1.get_variable("output_weights", [2, config.hidden_size], tf.float32,
+                                   core.create_initializer(config.initializer_range))
+        bias = tf1.get_variable("output_bias", [2], tf.float32, tf1.zeros_initializer())
+        logits = tf.nn.bias_add(tf.matmul(tf.cast(pooled_output, tf.float32), weights,
+                                          transpose_b=True), bias)
+        log_probs = tf.nn.log_softmax(logits, axis=-1)
+        labels = tf.reshape(labels, [-1])
+        one_hot = tf.one_hot(labels, depth=2, dtype=tf.float32)
+        per_example_loss = -tf.reduce_sum(one_hot * log_probs, axis=-1)
+        loss = tf.reduce_mean(per_example_loss)
+    return loss, per_example_loss, log_probs

@@ -1,0 +1,57 @@
+"""The Transformer encoder stack (`encoder/layer_N/...` in Google's names).
+
+Each layer: self-attention -> output projection -> dropout -> residual + LayerNorm ->
+intermediate dense with the config's activation -> output dense -> dropout -> residual +
+LayerNorm (post-LN, as in the original BERT). Activations travel as a 2-D
+[batch*seq, hidden] matrix between layers, so every projection is one large GEMM.
+"""
+import tensorflow as tf
+
+from modeling import core
+from modeling.activations import get_activation
+from modeling.attention import self_attention
+
+tf1 = tf.compat.v1
+
+
+def transformer_layer(hidden, attention_bias, batch, seq, config, is_training):
+    """One encoder layer: [batch*seq, hidden] -> [batch*seq, hidden] (same dtype)."""
+    with tf1.variable_scope("attention"):
+        with tf1.variable_scope("self"):
+            context = self_attention(hidden, attention_bias, batch, seq, config, is_training)
+        with tf1.variable_scope("output"):
+            attention_output = core.dense(context, config.hidden_size, "dense",
+                                          initializer_range=config.initializer_range)
+            attention_output = core.dropout(attention_output, config.hidden_dropout_prob,
+                                            is_training)
+            attention_output = core.layer_norm(attention_output + hidden,
+                                               epsilon=config.layer_norm_eps)
+    with tf1.variable_scope("intermediate"):
+        intermediate = core.dense(attention_output, config.intermediate_size, "dense",
+                                  activation=get_activation(config.hidden_act),
+                                  initializer_range=config.initializer_range)
+    with tf1.variable_scope("output"):
+        layer_output = core.dense(intermediate, config.hidden_size, "dense",
+                                  initializer_range=config.initializer_range)
+        layer_output = core.dropout(layer_output, config.hidden_dropout_prob, is_training)
+        layer_output = core.layer_norm(layer_output + attention_output,
+                                       epsilon=config.layer_norm_eps)
+    return layer_output
+
+
+def transformer_encoder(embeddings, attention_bias, config, is_training):
+    """Runs all layers.
+
+    embeddings: [batch, seq, hidden] in the compute dtype. Returns the list of every layer's
+    output, each [batch, seq, hidden].
+    """
+    batch, seq, width = core.get_shape_list(embeddings, expected_rank=3)
+    if width != config.hidden_size:
+        raise ValueError(f"embedding width {width} != hidden_size {config.hidden_size}")
+    hidden = tf.reshape(embeddings, [-1, width])
+    outputs = []
+    for index in range(config.num_hidden_layers):
+        with tf1.variable_scope(f"layer_{index}"):
+            hidden = transformer_layer(hidden, attention_bias, batch, seq, config, is_training)
+            outputs.append(tf.reshape(hidden, [batch, seq, width]))
+    return outputs

@@ -1,0 +1,52 @@
+"""Gradient accumulation: N micro-batches per optimizer step.
+
+BERT pre-training wants batches (64k sequences for LAMB) far larger than a device holds.
+Each ``session.run`` processes one micro-batch and adds its gradients to a float32
+buffer per variable; every N-th micro-batch the training op applies the buffers'
+average and zeros them. Because BERT's loss is a mean over the batch, the average of
+N micro-batch gradients equals the gradient of the whole N-times-larger batch.
+
+State (non-trainable, saved by the Saver, so a run resumed mid-window continues it):
+``<var>/grad_accum`` for each variable and ``gradient_accumulation/local_step``, the
+number of micro-batches already in the buffers.
+"""
+import tensorflow as tf
+
+from optimization import state_names
+from optimization.decoupled_weight_decay import variable_name
+
+
+class GradientAccumulator:
+    """Float32 gradient buffers for ``variables`` plus a micro-batch counter."""
+
+    def __init__(self, variables, num_steps):
+        if num_steps < 2:
+            raise ValueError("accumulation needs num_steps >= 2")
+        self.num_steps = int(num_steps)
+        with tf.init_scope():
+            with tf.compat.v1.name_scope(state_names.ACCUMULATION_SCOPE + "/"):
+                self.local_step = tf.compat.v1.Variable(
+                    0, dtype=tf.int64, name="local_step", trainable=False, use_resource=True)
+            self.buffers = []
+            for var in variables:
+                with tf.compat.v1.name_scope(variable_name(var) + "/"):
+                    self.buffers.append(tf.compat.v1.Variable(
+                        tf.zeros(var.shape, tf.float32), name=state_names.GRAD_ACCUM,
+                        trainable=False, use_resource=True))
+
+    def add(self, grads):
+        """Adds one micro-batch's gradients; returns a bool tensor, True when the
+        buffers now hold ``num_steps`` micro-batches (an optimizer step is due)."""
+        adds = [b.assign_add(g, read_value=False) for b, g in zip(self.buffers, grads)]
+        with tf.control_dependencies(adds):
+            count = self.local_step.assign_add(1)
+        return tf.equal(count, self.num_steps)
+
+    def average(self):
+        """The mean of the accumulated gradients."""
+        return [b.read_value() / float(self.num_steps) for b in self.buffers]
+
+    def reset(self):
+        """Op zeroing the buffers and the micro-batch counter."""
+        zeros = [b.assign(tf.zeros_like(b), read_value=False) for b in self.buffers]
+        return tf.group(*zeros, self.local_step.assign(0, read_value=False))

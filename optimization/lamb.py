@@ -1,0 +1,104 @@
+"""NVLAMB: LAMB (You et al. 2019, Algorithm 2) with NVIDIA's gradient pre-normalisation.
+
+LAMB lets BERT pre-train with batches of 64k sequences: it is Adam whose per-layer
+step is rescaled by a *trust ratio* ``||w|| / ||u||`` so every layer moves by a
+similar fraction of its norm, whatever the scale of its gradients. Per variable, at
+optimizer step ``t`` (1-based)::
+
+    m <- beta_1 m + (1 - beta_1) g          m_hat = m / (1 - beta_1^t)
+    v <- beta_2 v + (1 - beta_2) g^2        v_hat = v / (1 - beta_2^t)
+    u  = m_hat / (sqrt(v_hat) + epsilon) + weight_decay_rate * w
+    r  = ||w|| / ||u||   if both norms > 0, else 1
+    w <- w - lr * r * u
+
+NVIDIA's addition (``pre_normalize``) first divides *all* gradients by their global
+norm when it exceeds 1 (``clip_by_global_norm(grads, 1.0)``): with huge batches and
+accumulated fp16 gradients, the raw norm varies wildly between steps and the
+normalisation keeps Adam's moments on a stable scale.
+
+Exclusions (regexes searched in variable names):
+
+* ``exclude_from_weight_decay`` defaults to ``LayerNorm``, ``layer_norm`` and ``bias``.
+* ``exclude_from_layer_adaptation`` (variables whose trust ratio is forced to 1)
+  defaults, when None, to the weight-decay exclusions, as in NVIDIA's TF BERT, Google's
+  LAMB and ``tfa.optimizers.LAMB``: LayerNorm gains and biases are tiny vectors whose
+  norms make the ratio noisy. Pass ``[]`` to adapt every variable (apex FusedLAMB's
+  ``use_nvlamb=True``).
+
+Bias correction uses the optimizer's own update counter ``<name>/lamb_step``
+(``LAMB/lamb_step``), not ``global_step``: it advances only when an update is really
+applied (never on a skipped fp16 step) and is saved in checkpoints with the moments
+``<var>/lamb_m`` and ``<var>/lamb_v``.
+"""
+import tensorflow as tf
+
+from optimization import state_names
+from optimization.decoupled_weight_decay import DecoupledWeightDecayOptimizer, matches_any
+from optimization.state_names import OPTIMIZER_SLOT_SUFFIXES  # noqa: F401  (re-export)
+
+
+class LAMBOptimizer(DecoupledWeightDecayOptimizer):
+    """LAMB with NVIDIA's global-norm pre-normalisation (NVLAMB)."""
+
+    def __init__(self, learning_rate, weight_decay_rate=0.01, beta_1=0.9, beta_2=0.999,
+                 epsilon=1e-6, exclude_from_weight_decay=None,
+                 exclude_from_layer_adaptation=None, pre_normalize=True, name="LAMB"):
+        super().__init__(learning_rate, weight_decay_rate, exclude_from_weight_decay, name)
+        self.beta_1 = beta_1
+        self.beta_2 = beta_2
+        self.epsilon = epsilon
+        if exclude_from_layer_adaptation is None:
+            exclude_from_layer_adaptation = self.exclude_from_weight_decay
+        self.exclude_from_layer_adaptation = tuple(exclude_from_layer_adaptation)
+        self.pre_normalize = pre_normalize
+
+    def uses_layer_adaptation(self, var):
+        """Whether ``var``'s update is scaled by the trust ratio."""
+        return not matches_any(var, self.exclude_from_layer_adaptation)
+
+    def _create_slots(self, var_list):
+        first = min(var_list, key=lambda v: v.name)
+        with tf.compat.v1.name_scope(self.get_name() + "/"):  # absolute: "LAMB/lamb_step"
+            self._create_non_slot_variable(
+                initial_value=tf.constant(0, tf.int64), name=state_names.LAMB_STEP,
+                colocate_with=first)
+        for var in var_list:
+            self._zeros_slot(var, "m", state_names.LAMB_M)
+            self._zeros_slot(var, "v", state_names.LAMB_V)
+
+    def step_variable(self):
+        """The saved count of applied LAMB updates (int64)."""
+        with tf.init_scope():
+            graph = tf.compat.v1.get_default_graph()
+        return self._get_non_slot_variable(state_names.LAMB_STEP, graph)
+
+    def _transform_gradients(self, grads):
+        if not self.pre_normalize:
+            return grads
+        clipped, _ = tf.clip_by_global_norm(grads, clip_norm=1.0)
+        return clipped
+
+    def _prepare_step(self):
+        """Advances the step counter; returns the bias corrections (1 - beta^t)."""
+        t = tf.cast(self.step_variable().assign_add(1), tf.float32)
+        return 1.0 - tf.pow(self.beta_1, t), 1.0 - tf.pow(self.beta_2, t)
+
+    def _apply_one(self, grad, var, lr, step_state):
+        correction_1, correction_2 = step_state
+        m = self.get_slot(var, "m")
+        v = self.get_slot(var, "v")
+        next_m = self.beta_1 * m + (1.0 - self.beta_1) * grad
+        next_v = self.beta_2 * v + (1.0 - self.beta_2) * tf.square(grad)
+        m_hat = next_m / correction_1
+        v_hat = next_v / correction_2
+        update = m_hat / (tf.sqrt(v_hat) + self.epsilon)
+        if self.uses_weight_decay(var):
+            update += self.weight_decay_rate * var
+        ratio = 1.0
+        if self.uses_layer_adaptation(var):
+            w_norm = tf.norm(var)
+            u_norm = tf.norm(update)
+            ratio = tf.where((w_norm > 0.0) & (u_norm > 0.0),
+                             w_norm / tf.maximum(u_norm, 1e-30), 1.0)
+        next_w = var - lr * ratio * update
+        return tf.group(m.assign(next_m), v.assign(next_v), var.assign(next_w))

@@ -1,0 +1,207 @@
+"""The encoder without any oracle: config validation, Google's names, dtypes, masking, XLA."""
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from encoder_runner import random_inputs, run_encoder
+from modeling import BertConfig, BertModel, ConfigError, masked_lm_output, named_config
+from modeling import next_sentence_output
+
+tf1 = tf.compat.v1
+
+
+def tiny(**changes):
+    return named_config("tiny").replace(vocab_size=101, **changes)
+
+
+# ----------------------------------------------------------------------------- config
+def test_shipped_configs_load_with_googles_values():
+    base, large = named_config("base"), named_config("large")
+    assert (base.hidden_size, base.num_hidden_layers, base.num_attention_heads) == (768, 12, 12)
+    assert (large.hidden_size, large.num_hidden_layers, large.intermediate_size) == (1024, 24, 4096)
+    assert base.vocab_size == 30522 and base.type_vocab_size == 2
+
+
+def test_config_json_round_trip_keeps_extra_keys(tmp_path):
+    path = tmp_path / "c.json"
+    values = dict(named_config("tiny").to_dict(), model_type="bert", layer_norm_eps=1e-7)
+    path.write_text(json.dumps(values))
+    config = BertConfig.from_json_file(str(path))
+    assert config.layer_norm_eps == 1e-7 and config.extra == {"model_type": "bert"}
+    config.to_json_file(str(tmp_path / "out.json"))
+    assert BertConfig.from_json_file(str(tmp_path / "out.json")) == config
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"hidden_size": 65}, "num_attention_heads"),
+    ({"num_hidden_layers": -1}, "num_hidden_layers"),
+    ({"vocab_size": "many"}, "vocab_size"),
+    ({"hidden_act": "swish2"}, "hidden_act"),
+    ({"hidden_dropout_prob": 1.5}, "hidden_dropout_prob"),
+])
+def test_invalid_config_names_file_and_key(tmp_path, change, key):
+    path = tmp_path / "bad_config.json"
+    path.write_text(json.dumps(dict(named_config("tiny").to_dict(), **change)))
+    with pytest.raises(ConfigError) as info:
+        BertConfig.from_json_file(str(path))
+    message = str(info.value)
+    assert message.startswith(f"{path}: {key}:") and "\n" not in message
+
+
+def test_missing_key_and_bad_json_and_missing_file(tmp_path):
+    values = named_config("tiny").to_dict()
+    del values["num_attention_heads"]
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(values))
+    with pytest.raises(ConfigError, match=r"c\.json: num_attention_heads: missing"):
+        BertConfig.from_json_file(str(path))
+    path.write_text('{"vocab_size": 3,')
+    with pytest.raises(ConfigError, match=r"c\.json: invalid JSON at line 1"):
+        BertConfig.from_json_file(str(path))
+    with pytest.raises(ConfigError, match=r"nope\.json: no such config file"):
+        BertConfig.from_json_file(str(tmp_path / "nope.json"))
+
+
+# ----------------------------------------------------------------------------- graph
+def _build(config, compute_type="float32", batch=2, seq=8, heads=True):
+    ids = tf1.placeholder(tf.int32, [batch, seq])
+    model = BertModel(config, True, ids, compute_type=compute_type)
+    if heads:
+        masked_lm_output(config, model.get_sequence_output(), model.get_embedding_table(),
+                         tf.zeros([batch, 2], tf.int32), tf.zeros([batch, 2], tf.int32),
+                         tf.ones([batch, 2]), compute_type)
+        next_sentence_output(config, model.get_pooled_output(), tf.zeros([batch], tf.int32))
+    return model
+
+
+def test_variable_names_are_googles():
+    config = tiny()
+    with tf.Graph().as_default():
+        _build(config)
+        names = {v.name[:-2]: v.shape.as_list() for v in tf1.global_variables()}
+    h, i = config.hidden_size, config.intermediate_size
+    expected = {
+        "bert/embeddings/word_embeddings": [101, h],
+        "bert/embeddings/token_type_embeddings": [2, h],
+        "bert/embeddings/position_embeddings": [512, h],
+        "bert/embeddings/LayerNorm/beta": [h], "bert/embeddings/LayerNorm/gamma": [h],
+        "bert/pooler/dense/kernel": [h, h], "bert/pooler/dense/bias": [h],
+        "cls/predictions/transform/dense/kernel": [h, h],
+        "cls/predictions/transform/dense/bias": [h],
+        "cls/predictions/transform/LayerNorm/beta": [h],
+        "cls/predictions/transform/LayerNorm/gamma": [h],
+        "cls/predictions/output_bias": [101],
+        "cls/seq_relationship/output_weights": [2, h], "cls/seq_relationship/output_bias": [2],
+    }
+    for layer in range(config.num_hidden_layers):
+        p = f"bert/encoder/layer_{layer}/"
+        for part in ("query", "key", "value"):
+            expected[p + f"attention/self/{part}/kernel"] = [h, h]
+            expected[p + f"attention/self/{part}/bias"] = [h]
+        expected.update({
+            p + "attention/output/dense/kernel": [h, h], p + "attention/output/dense/bias": [h],
+            p + "attention/output/LayerNorm/beta": [h], p + "attention/output/LayerNorm/gamma": [h],
+            p + "intermediate/dense/kernel": [h, i], p + "intermediate/dense/bias": [i],
+            p + "output/dense/kernel": [i, h], p + "output/dense/bias": [h],
+            p + "output/LayerNorm/beta": [h], p + "output/LayerNorm/gamma": [h]})
+    assert names == expected
+
+
+@pytest.mark.parametrize("compute_type", ["float16", "bfloat16"])
+def test_mixed_precision_keeps_float32_variables_and_outputs(compute_type):
+    with tf.Graph().as_default():
+        model = _build(tiny(), compute_type)
+        assert all(v.dtype.base_dtype == tf.float32 for v in tf1.global_variables())
+        assert model.get_embedding_output().dtype == tf.as_dtype(compute_type)
+        assert model.get_sequence_output().dtype == tf.float32
+        assert model.get_pooled_output().dtype == tf.float32
+        matmul_types = {op.get_attr("T") for op in tf1.get_default_graph().get_operations()
+                        if op.type in ("MatMul", "BatchMatMulV2")}
+        assert tf.as_dtype(compute_type) in matmul_types
+
+
+def _save_random_checkpoint(config, path):
+    with tf.Graph().as_default():
+        _build(config, heads=False)
+        with tf1.Session() as session:
+            session.run(tf1.global_variables_initializer())
+            return tf1.train.Saver().save(session, str(path))
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(tmp_path_factory):
+    config = tiny(hidden_act="gelu")
+    return config, _save_random_checkpoint(config, tmp_path_factory.mktemp("ckpt") / "model.ckpt")
+
+
+def test_padding_does_not_change_real_positions(tiny_checkpoint):
+    config, ckpt = tiny_checkpoint
+    ids, mask, segments = random_inputs(1, 6, config.vocab_size)
+    short = run_encoder(config, ckpt, ids, mask, segments)
+    pad = lambda x: np.pad(x, ((0, 0), (0, 10)))  # noqa: E731
+    rng = np.random.default_rng(3)
+    padded_ids = pad(ids)
+    padded_ids[0, 6:] = rng.integers(1, config.vocab_size, 10)  # junk under the mask
+    long = run_encoder(config, ckpt, padded_ids, pad(mask), pad(segments))
+    np.testing.assert_allclose(long["sequence"][:, :6], short["sequence"], atol=2e-6)
+    np.testing.assert_allclose(long["pooled"], short["pooled"], atol=2e-6)
+
+
+def test_low_precision_tracks_float32(tiny_checkpoint):
+    config, ckpt = tiny_checkpoint
+    inputs = random_inputs(3, 16, config.vocab_size)
+    reference = run_encoder(config, ckpt, *inputs)
+    for compute_type, tolerance in (("bfloat16", 3e-2), ("float16", 5e-3)):
+        low = run_encoder(config, ckpt, *inputs, compute_type=compute_type)
+        for ref, got in zip(reference["layers"], low["layers"]):
+            rel = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+            assert rel < tolerance, (compute_type, rel)
+        assert not np.allclose(low["sequence"], reference["sequence"], atol=1e-7)
+
+
+def test_xla_compiled_encoder_matches_plain(tiny_checkpoint):
+    config, ckpt = tiny_checkpoint
+    inputs = random_inputs(2, 16, config.vocab_size)
+    plain = run_encoder(config, ckpt, *inputs)
+    compiled = run_encoder(config, ckpt, *inputs, jit=True)
+    assert plain["xla_clusters_run"] == 0 and compiled["xla_clusters_run"] > 0
+    np.testing.assert_allclose(compiled["sequence"], plain["sequence"], atol=1e-4)
+
+
+def test_activation_choice_changes_output(tiny_checkpoint):
+    config, ckpt = tiny_checkpoint
+    inputs = random_inputs(2, 8, config.vocab_size)
+    exact = run_encoder(config, ckpt, *inputs)["sequence"]
+    tanh = run_encoder(config.replace(hidden_act="gelu_new"), ckpt, *inputs)["sequence"]
+    relu = run_encoder(config.replace(hidden_act="relu"), ckpt, *inputs)["sequence"]
+    assert 1e-6 < np.abs(exact - tanh).max() < 1e-2
+    assert np.abs(exact - relu).max() > 1e-3
+
+
+def test_sequence_longer_than_positions_is_refused():
+    config = tiny(max_position_embeddings=8)
+    with tf.Graph().as_default():
+        with pytest.raises(ValueError, match="exceeds max_position_embeddings 8"):
+            BertModel(config, False, tf.zeros([1, 9], tf.int32))
+
+
+def test_masked_lm_loss_matches_numpy():
+    config = tiny()
+    rng = np.random.default_rng(1)
+    seq = rng.normal(size=(2, 5, config.hidden_size)).astype(np.float32)
+    positions = np.array([[1, 3, 0], [4, 2, 0]], np.int32)
+    labels = np.array([[5, 7, 0], [9, 11, 0]], np.int32)
+    weights = np.array([[1, 1, 0], [1, 0, 0]], np.float32)
+    with tf.Graph().as_default():
+        table = tf1.get_variable("table", [config.vocab_size, config.hidden_size])
+        loss, per_example, log_probs = masked_lm_output(config, tf.constant(seq), table,
+                                                        positions, labels, weights)
+        with tf1.Session() as session:
+            session.run(tf1.global_variables_initializer())
+            loss, per_example, log_probs = session.run([loss, per_example, log_probs])
+    picked = log_probs[np.arange(6), labels.reshape(-1)]
+    np.testing.assert_allclose(per_example, -picked, rtol=1e-6)
+    expected = (weights.reshape(-1) * -picked).sum() / (weights.sum() + 1e-5)
+    np.testing.assert_allclose(loss, expected, rtol=1e-6)
