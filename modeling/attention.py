@@ -26,13 +26,15 @@ def _split_heads(x, batch, seq, heads, head_size):
     return tf.transpose(x, [0, 2, 1, 3])
 
 
-def self_attention(hidden, attention_bias, batch, seq, config, is_training):
+def self_attention(hidden, attention_bias, batch, seq, config, is_training, compute_dtype):
     """Scaled dot-product attention over all heads.
 
-    hidden: [batch*seq, hidden] in the compute dtype; attention_bias: [batch, 1, 1, seq] or
-    None. Returns the context [batch*seq, hidden] (before the output projection).
+    hidden: [batch*seq, hidden] (any float dtype; projected in `compute_dtype`);
+    attention_bias: [batch, 1, 1, seq] in `compute_dtype`, or None.
+    Returns the context [batch*seq, hidden] in `compute_dtype` (before the output projection).
     """
     heads, head_size = config.num_attention_heads, config.head_size
+    hidden = tf.cast(hidden, compute_dtype)
     query = core.dense(hidden, heads * head_size, "query",
                        initializer_range=config.initializer_range)
     key = core.dense(hidden, heads * head_size, "key",

@@ -53,21 +53,21 @@ class BertModel:
                     input_ids, config.vocab_size, config.hidden_size, config.initializer_range,
                     use_one_hot_embeddings=use_one_hot_embeddings)
                 self.embedding_output = embedding_postprocessor(
-                    word_embeddings, token_type_ids, config, is_training, self.compute_type)
+                    word_embeddings, token_type_ids, config, is_training)
 
             with tf1.variable_scope("encoder"):
                 bias = attention_bias_from_mask(input_mask, self.compute_type)
-                self._encoder_layers = transformer_encoder(self.embedding_output, bias, config,
-                                                           is_training)
-            self.all_encoder_layers = [tf.cast(x, tf.float32) for x in self._encoder_layers]
+                self.all_encoder_layers = transformer_encoder(
+                    self.embedding_output, bias, config, is_training, self.compute_type)
             self.sequence_output = self.all_encoder_layers[-1]
 
             with tf1.variable_scope("pooler"):
                 # The pooler reads the [CLS] position: [batch, hidden] -> [batch, hidden].
-                first_token = self._encoder_layers[-1][:, 0, :]
+                first_token = self.sequence_output[:, 0, :]
                 pooled = core.dense(first_token, config.hidden_size, "dense",
                                     activation=tf.tanh,
-                                    initializer_range=config.initializer_range)
+                                    initializer_range=config.initializer_range,
+                                    compute_dtype=self.compute_type)
                 self.pooled_output = tf.cast(pooled, tf.float32)
 
     def get_pooled_output(self):
@@ -83,7 +83,7 @@ class BertModel:
         return self.all_encoder_layers
 
     def get_embedding_output(self):
-        """[batch, seq, hidden] in the compute dtype: embeddings after LayerNorm/dropout."""
+        """[batch, seq, hidden] float32: embeddings after LayerNorm/dropout."""
         return self.embedding_output
 
     def get_embedding_table(self):

@@ -3,7 +3,7 @@
 Variables are always created in float32 (the master weights) and cast to the layer's compute
 dtype when read, which is what mixed precision needs: float16/bfloat16 matmuls with float32
 weights to update. Layer norm always computes in float32, because its mean/variance lose too
-much precision in 16 bits. Variable names follow Google's `tf.layers.dense` and
+much precision in 16 bits, and its float32 output carries the residual stream. Variable names follow Google's `tf.layers.dense` and
 `tf.contrib.layers.layer_norm` (`kernel`/`bias`, `LayerNorm/beta|gamma`) so checkpoints
 match theirs without any mapping.
 """
@@ -60,10 +60,12 @@ def get_variable(name, shape, initializer, compute_dtype=tf.float32):
 def dense(inputs, units, name, activation=None, initializer_range=0.02, compute_dtype=None):
     """`tf.layers.dense` equivalent on the last axis: [..., in] -> [..., units].
 
-    Creates `<name>/kernel` [in, units] and `<name>/bias` [units]. Rank-3 inputs are folded to
-    rank 2 for the matmul (one large GEMM rather than a batched one).
+    Creates `<name>/kernel` [in, units] and `<name>/bias` [units]. The inputs are cast to
+    `compute_dtype` (default: their own dtype) and so is the output. Rank-3 inputs are
+    folded to rank 2 for the matmul (one large GEMM rather than a batched one).
     """
     compute_dtype = compute_dtype or inputs.dtype
+    inputs = tf.cast(inputs, compute_dtype)
     in_width = inputs.shape[-1]
     with tf1.variable_scope(name):
         kernel = get_variable("kernel", [in_width, units], create_initializer(initializer_range),
@@ -80,7 +82,11 @@ def dense(inputs, units, name, activation=None, initializer_range=0.02, compute_
 
 
 def layer_norm(inputs, name="LayerNorm", epsilon=1e-12):
-    """Layer normalisation over the last axis, computed in float32, returned in input dtype."""
+    """Layer normalisation over the last axis, computed and returned in float32.
+
+    Returning float32 keeps the residual stream between layers in full precision (as
+    automatic mixed precision does on GPUs); only matmul inputs are cast down.
+    """
     width = inputs.shape[-1]
     with tf1.variable_scope(name):
         beta = tf1.get_variable("beta", [width], tf.float32, tf1.zeros_initializer())
@@ -88,7 +94,7 @@ def layer_norm(inputs, name="LayerNorm", epsilon=1e-12):
     x = tf.cast(inputs, tf.float32)
     mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
     normed = (x - mean) * tf.math.rsqrt(variance + epsilon) * gamma + beta
-    return tf.cast(normed, inputs.dtype)
+    return normed
 
 
 def dropout(inputs, rate, is_training):

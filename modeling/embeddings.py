@@ -3,8 +3,8 @@
 Names (Google's): `embeddings/word_embeddings` [vocab, hidden],
 `embeddings/token_type_embeddings` [type_vocab, hidden],
 `embeddings/position_embeddings` [max_positions, hidden], `embeddings/LayerNorm/{beta,gamma}`.
-Lookups gather from the float32 tables and cast the gathered rows, which is far cheaper than
-casting a 30k x 768 table to the compute dtype every step.
+Lookups gather from the float32 tables, which is far cheaper than casting a 30k x 768 table
+to the compute dtype every step; the sum is normalised in float32.
 """
 import tensorflow as tf
 
@@ -32,12 +32,11 @@ def embedding_lookup(input_ids, vocab_size, embedding_size, initializer_range,
     return output, table
 
 
-def embedding_postprocessor(word_embeddings, token_type_ids, config, is_training,
-                            compute_dtype):
-    """Adds token-type and position embeddings, normalises, drops out, casts.
+def embedding_postprocessor(word_embeddings, token_type_ids, config, is_training):
+    """Adds token-type and position embeddings, normalises, drops out.
 
     word_embeddings: [batch, seq, hidden] float32; token_type_ids: [batch, seq] int.
-    Returns [batch, seq, hidden] in `compute_dtype`.
+    Returns [batch, seq, hidden] float32 (the encoder casts to the compute dtype per matmul).
     """
     _, seq_length, width = core.get_shape_list(word_embeddings, expected_rank=3)
     if isinstance(seq_length, int) and seq_length > config.max_position_embeddings:
@@ -55,5 +54,4 @@ def embedding_postprocessor(word_embeddings, token_type_ids, config, is_training
     output = output + tf.expand_dims(positions, 0)
 
     output = core.layer_norm(output, epsilon=config.layer_norm_eps)
-    output = core.dropout(output, config.hidden_dropout_prob, is_training)
-    return tf.cast(output, compute_dtype)
+    return core.dropout(output, config.hidden_dropout_prob, is_training)

@@ -37,7 +37,8 @@ def masked_lm_output(config, input_tensor, embedding_table, positions, label_ids
             selected = core.dense(selected, config.hidden_size, "dense",
                                   activation=get_activation(config.hidden_act),
                                   initializer_range=config.initializer_range)
-            selected = core.layer_norm(selected, epsilon=config.layer_norm_eps)
+            selected = tf.cast(core.layer_norm(selected, epsilon=config.layer_norm_eps),
+                               compute_type)
         output_bias = tf1.get_variable("output_bias", [config.vocab_size], tf.float32,
                                        tf1.zeros_initializer())
         logits = tf.matmul(selected, tf.cast(embedding_table, compute_type), transpose_b=True)

@@ -3,7 +3,8 @@
 Each layer: self-attention -> output projection -> dropout -> residual + LayerNorm ->
 intermediate dense with the config's activation -> output dense -> dropout -> residual +
 LayerNorm (post-LN, as in the original BERT). Activations travel as a 2-D
-[batch*seq, hidden] matrix between layers, so every projection is one large GEMM.
+[batch*seq, hidden] float32 matrix between layers (the residual stream), so every projection
+is one large GEMM; each projection casts its input to the compute dtype.
 """
 import tensorflow as tf
 
@@ -14,36 +15,40 @@ from modeling.attention import self_attention
 tf1 = tf.compat.v1
 
 
-def transformer_layer(hidden, attention_bias, batch, seq, config, is_training):
-    """One encoder layer: [batch*seq, hidden] -> [batch*seq, hidden] (same dtype)."""
+def transformer_layer(hidden, attention_bias, batch, seq, config, is_training, compute_dtype):
+    """One encoder layer: [batch*seq, hidden] float32 -> [batch*seq, hidden] float32."""
     with tf1.variable_scope("attention"):
         with tf1.variable_scope("self"):
-            context = self_attention(hidden, attention_bias, batch, seq, config, is_training)
+            context = self_attention(hidden, attention_bias, batch, seq, config, is_training,
+                                     compute_dtype)
         with tf1.variable_scope("output"):
             attention_output = core.dense(context, config.hidden_size, "dense",
                                           initializer_range=config.initializer_range)
-            attention_output = core.dropout(attention_output, config.hidden_dropout_prob,
-                                            is_training)
+            attention_output = core.dropout(tf.cast(attention_output, tf.float32),
+                                            config.hidden_dropout_prob, is_training)
             attention_output = core.layer_norm(attention_output + hidden,
                                                epsilon=config.layer_norm_eps)
     with tf1.variable_scope("intermediate"):
         intermediate = core.dense(attention_output, config.intermediate_size, "dense",
                                   activation=get_activation(config.hidden_act),
-                                  initializer_range=config.initializer_range)
+                                  initializer_range=config.initializer_range,
+                                  compute_dtype=compute_dtype)
     with tf1.variable_scope("output"):
         layer_output = core.dense(intermediate, config.hidden_size, "dense",
                                   initializer_range=config.initializer_range)
-        layer_output = core.dropout(layer_output, config.hidden_dropout_prob, is_training)
+        layer_output = core.dropout(tf.cast(layer_output, tf.float32),
+                                    config.hidden_dropout_prob, is_training)
         layer_output = core.layer_norm(layer_output + attention_output,
                                        epsilon=config.layer_norm_eps)
     return layer_output
 
 
-def transformer_encoder(embeddings, attention_bias, config, is_training):
+def transformer_encoder(embeddings, attention_bias, config, is_training, compute_dtype):
     """Runs all layers.
 
-    embeddings: [batch, seq, hidden] in the compute dtype. Returns the list of every layer's
-    output, each [batch, seq, hidden].
+    embeddings: [batch, seq, hidden] float32; attention_bias: [batch, 1, 1, seq] in
+    `compute_dtype`. Returns the list of every layer's output, each [batch, seq, hidden]
+    float32.
     """
     batch, seq, width = core.get_shape_list(embeddings, expected_rank=3)
     if width != config.hidden_size:
@@ -52,6 +57,7 @@ def transformer_encoder(embeddings, attention_bias, config, is_training):
     outputs = []
     for index in range(config.num_hidden_layers):
         with tf1.variable_scope(f"layer_{index}"):
-            hidden = transformer_layer(hidden, attention_bias, batch, seq, config, is_training)
+            hidden = transformer_layer(hidden, attention_bias, batch, seq, config, is_training,
+                                       compute_dtype)
             outputs.append(tf.reshape(hidden, [batch, seq, width]))
     return outputs
