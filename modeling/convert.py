@@ -187,7 +187,7 @@ def write_tf_checkpoint(variables, checkpoint_prefix):
         saver = tf1.train.Saver(tf_vars)
         with tf1.Session() as session:
             for variable, value in zip(tf_vars, variables.values()):
-                variable.load(value, session)
+                session.run(variable.initializer, {variable.initial_value: value})
             saver.save(session, checkpoint_prefix, write_meta_graph=False,
                        write_state=False)
 

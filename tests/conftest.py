@@ -49,3 +49,15 @@ def minilm_dir():
 @pytest.fixture(scope="session")
 def minilm_vocab(minilm_dir):
     return os.path.join(minilm_dir, "vocab.txt")
+
+
+@pytest.fixture(scope="session")
+def minilm_checkpoint(minilm_dir, tmp_path_factory):
+    """all-MiniLM-L6-v2 converted to our Google-format checkpoint folder:
+    (BertConfig, checkpoint prefix, folder with bert_config.json and vocab.txt)."""
+    from modeling import BertConfig
+    from modeling.convert import hf_to_tf
+    folder = str(tmp_path_factory.mktemp("minilm_tf") / "ckpt")
+    prefix = hf_to_tf(minilm_dir, folder)
+    config = BertConfig.from_json_file(os.path.join(folder, "bert_config.json"))
+    return config, prefix, folder

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from encoder_runner import run_encoder
-from modeling import BertConfig
 from modeling.convert import hf_to_tf, read_tf_checkpoint, tf_to_hf, write_tf_checkpoint
 
 pytestmark = pytest.mark.oracle
@@ -22,11 +21,8 @@ SENTENCES = [
 
 
 @pytest.fixture(scope="module")
-def converted(minilm_dir, tmp_path_factory):
-    out = tmp_path_factory.mktemp("minilm_tf")
-    prefix = hf_to_tf(minilm_dir, str(out / "ckpt"))
-    config = BertConfig.from_json_file(str(out / "ckpt" / "bert_config.json"))
-    return config, prefix, str(out / "ckpt")
+def converted(minilm_checkpoint):
+    return minilm_checkpoint
 
 
 @pytest.fixture(scope="module")
