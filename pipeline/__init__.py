@@ -1,0 +1,1 @@
+"""End-to-end orchestration (the demo): each step calls into the other packages."""

@@ -1,0 +1,69 @@
+"""The built-in corpus, vocabulary training and the demo entry point."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from data_prep.builtin_corpus import module_document, write_corpus
+from data_prep.tokenization import FullTokenizer
+from data_prep.vocab import SPECIAL_TOKENS, VocabTrainingError, train_wordpiece_vocab
+
+
+def test_module_document_reads_docstrings_without_importing(tmp_path):
+    source = tmp_path / "mod.py"
+    source.write_text('"""Module prose that is long enough to keep.\n\n>>> code()\n"""\n'
+                      'raise SystemExit("imported!")\n'
+                      'def f():\n    """Function prose, also long enough to keep."""\n')
+    text = module_document(str(source))
+    assert text == ("Module prose that is long enough to keep. "
+                    "Function prose, also long enough to keep.")
+    (tmp_path / "broken.py").write_text("def (:\n")
+    assert module_document(str(tmp_path / "broken.py")) == ""
+
+
+@pytest.fixture(scope="module")
+def stdlib_corpus(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("corpus") / "stdlib.txt")
+    documents, size = write_corpus(path, max_documents=120)
+    return path, documents, size
+
+
+def test_stdlib_corpus_is_one_document_a_line(stdlib_corpus):
+    path, documents, size = stdlib_corpus
+    lines = open(path, encoding="utf-8").read().splitlines()
+    assert documents == len(lines) == 120 and size == os.path.getsize(path)
+    assert all(len(line) >= 200 and "\t" not in line for line in lines)
+    assert not any(line.lstrip().startswith(">>>") for line in lines)
+
+
+def test_trained_vocab_works_with_full_tokenizer(stdlib_corpus, tmp_path):
+    path = stdlib_corpus[0]
+    vocab = str(tmp_path / "vocab.txt")
+    count = train_wordpiece_vocab([path], vocab, vocab_size=2000)
+    tokens = open(vocab, encoding="utf-8").read().split("\n")[:-1]
+    assert count == len(tokens) and 1500 <= count <= 2000
+    assert tokens[:5] == SPECIAL_TOKENS and len(set(tokens)) == len(tokens)
+    tokenizer = FullTokenizer(vocab, do_lower_case=True)
+    pieces = tokenizer.tokenize("Return the iterator over the sequence.")
+    assert "[UNK]" not in pieces and "the" in pieces
+    assert any(p.startswith("##") for p in tokenizer.tokenize("Unbelievably frobnicated"))
+
+
+def test_vocab_training_errors_name_the_file(tmp_path):
+    with pytest.raises(VocabTrainingError, match=r"missing\.txt: no such input file"):
+        train_wordpiece_vocab([str(tmp_path / "missing.txt")], str(tmp_path / "v.txt"))
+    (tmp_path / "empty.txt").write_text("")
+    with pytest.raises(VocabTrainingError, match=r"empty\.txt: no text"):
+        train_wordpiece_vocab([str(tmp_path / "empty.txt")], str(tmp_path / "v.txt"))
+    assert not (tmp_path / "v.txt").exists()
+
+
+def test_demo_runs_end_to_end(tmp_path, repo_root):
+    result = subprocess.run([sys.executable, "demo.py", f"--output_dir={tmp_path}"],
+                            capture_output=True, text=True, cwd=repo_root, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout
+    assert "pooled output (1, 64)" in out and "tokens:   [CLS] " in out
+    assert os.path.isfile(tmp_path / "vocab.txt")
+    assert os.path.isfile(tmp_path / "tiny_bert" / "bert_model.ckpt.index")
