@@ -92,4 +92,3 @@ class DecoupledWeightDecayOptimizer(tf.compat.v1.train.Optimizer):
 
     def _apply_one(self, grad, var, lr, step_state):
         raise NotImplementedError
-

@@ -7,7 +7,7 @@ average and zeros them. Because BERT's loss is a mean over the batch, the averag
 N micro-batch gradients equals the gradient of the whole N-times-larger batch.
 
 State (non-trainable, saved by the Saver, so a run resumed mid-window continues it):
-``<var>/grad_accum`` for each variable and ``gradient_accumulation/local_step``, the
+``<var>/accum`` for each variable and ``gradient_accumulation/local_step``, the
 number of micro-batches already in the buffers.
 """
 import tensorflow as tf

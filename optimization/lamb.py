@@ -79,9 +79,15 @@ class LAMBOptimizer(DecoupledWeightDecayOptimizer):
         return clipped
 
     def _prepare_step(self):
-        """Advances the step counter; returns the bias corrections (1 - beta^t)."""
-        t = tf.cast(self.step_variable().assign_add(1), tf.float32)
-        return 1.0 - tf.pow(self.beta_1, t), 1.0 - tf.pow(self.beta_2, t)
+        """Advances the step counter; returns the bias corrections (1 - beta^t).
+
+        They are computed in float64: in float32, ``1 - 0.999^t`` loses ~1e-5 of its
+        relative precision to cancellation in the first steps, which would show up
+        directly in the update of the variables without trust ratio."""
+        t = tf.cast(self.step_variable().assign_add(1), tf.float64)
+        corrections = [1.0 - tf.pow(tf.constant(beta, tf.float64), t)
+                       for beta in (self.beta_1, self.beta_2)]
+        return tuple(tf.cast(c, tf.float32) for c in corrections)
 
     def _apply_one(self, grad, var, lr, step_state):
         correction_1, correction_2 = step_state

@@ -23,11 +23,12 @@ def learning_rate_schedule(init_lr, num_train_steps, num_warmup_steps, global_st
     if num_train_steps <= 0:
         raise ValueError(f"num_train_steps must be positive, got {num_train_steps}")
     with tf.name_scope("learning_rate"):
-        step = tf.cast(global_step, tf.float32) - float(start_step)
-        step = tf.maximum(step, 0.0)
-        done = tf.minimum(step, float(num_train_steps)) / float(num_train_steps)
-        learning_rate = init_lr * tf.pow(1.0 - done, power)
+        # Integer arithmetic first: 1 - 999/1000 in float32 would lose 4 digits.
+        step = tf.maximum(tf.cast(global_step, tf.int64) - int(start_step), 0)
+        remaining = tf.maximum(int(num_train_steps) - step, 0)
+        remaining = tf.cast(remaining, tf.float32) / float(num_train_steps)
+        learning_rate = init_lr * tf.pow(remaining, power)
         if num_warmup_steps > 0:
-            warmup_rate = init_lr * step / float(num_warmup_steps)
-            learning_rate = tf.where(step < float(num_warmup_steps), warmup_rate, learning_rate)
+            warmup_rate = init_lr * tf.cast(step, tf.float32) / float(num_warmup_steps)
+            learning_rate = tf.where(step < int(num_warmup_steps), warmup_rate, learning_rate)
         return tf.identity(learning_rate, name="value")

@@ -20,8 +20,8 @@ LAMB_STEP = "lamb_step"
 # Moments of AdamWeightDecayOptimizer, as in Google's checkpoints.
 ADAM_M = "adam_m"
 ADAM_V = "adam_v"
-# Gradient accumulation buffer of a model variable: ``.../kernel/grad_accum``.
-GRAD_ACCUM = "grad_accum"
+# Gradient accumulation buffer of a model variable: ``.../kernel/accum``.
+GRAD_ACCUM = "accum"
 
 # Suffixes of optimizer state; ``name.endswith(suffix)`` identifies it.
 OPTIMIZER_SLOT_SUFFIXES = tuple("/" + s for s in (LAMB_M, LAMB_V, LAMB_STEP, ADAM_M, ADAM_V))
