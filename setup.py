@@ -14,8 +14,8 @@ setup(
     description="BERT pre-training, fine-tuning and export for TensorFlow 2.15 (tf.estimator), "
                 "with XLA, mixed precision, LAMB and Horovod.",
     python_requires=">=3.10,<3.12",
-    packages=["modeling", "optimization", "data_prep", "finetuning", "pipeline"],
-    py_modules=["create_pretraining_data", "extract_features", "demo"],
+    packages=["modeling", "optimization", "data_prep", "finetuning", "pipeline", "pretraining", "training"],
+    py_modules=["create_pretraining_data", "extract_features", "demo", "run_pretraining"],
     package_data={"modeling": ["configs/*.json"]},
     install_requires=[
         "tensorflow-estimator==2.15.0",

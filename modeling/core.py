@@ -97,8 +97,44 @@ def layer_norm(inputs, name="LayerNorm", epsilon=1e-12):
     return normed
 
 
+class stateless_dropout:
+    """Context manager: dropout built inside it draws its masks from `seed` ([2] int tensor:
+    a base below 2**32, a step counter) statelessly, each dropout op with its own sub-seed
+    (its index in construction order).
+
+    Stateful dropout restarts its random stream in every new session, so a run resumed from
+    a checkpoint would repeat the masks of its first steps. Seeding each step's masks from
+    the step counter instead makes a resumed run draw exactly the masks the uninterrupted
+    run would have drawn (and makes Horovod ranks differ when their seeds do).
+    """
+    _active = None
+
+    def __init__(self, seed):
+        self.seed = tf.cast(seed, tf.int64)
+        self.count = 0
+
+    def __enter__(self):
+        if stateless_dropout._active is not None:
+            raise RuntimeError("stateless_dropout contexts do not nest")
+        stateless_dropout._active = self
+        return self
+
+    def __exit__(self, *exc_info):
+        stateless_dropout._active = None
+
+    def next_seed(self):
+        self.count += 1
+        # The op index goes to the high bits of the first seed word; seeds must keep the
+        # first word below 2**32 and the second (a step counter) free.
+        return self.seed + tf.constant([self.count << 32, 0], tf.int64)
+
+
 def dropout(inputs, rate, is_training):
-    """Dropout only when training with a non-zero rate (keeps inference graphs free of it)."""
+    """Dropout only when training with a non-zero rate (keeps inference graphs free of it);
+    stateless inside a `stateless_dropout` context."""
     if not is_training or rate is None or rate == 0.0:
         return inputs
+    context = stateless_dropout._active
+    if context is not None:
+        return tf.nn.experimental.stateless_dropout(inputs, rate=rate, seed=context.next_seed())
     return tf.nn.dropout(inputs, rate=rate)

@@ -1,0 +1,1 @@
+"""BERT pre-training: records in, Estimator model_fn, run driver."""

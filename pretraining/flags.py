@@ -1,0 +1,47 @@
+"""Command-line flags of run_pretraining.py (NVIDIA's TF1 BERT names)."""
+from absl import flags
+
+
+def define_flags():
+    f = flags
+    f.DEFINE_string("bert_config_file", None, "bert_config.json of the model to train.")
+    f.DEFINE_string("input_files_dir", None,
+                    "Training TFRecords: a directory, a glob, or a comma-separated list.")
+    f.DEFINE_string("eval_files_dir", None, "Evaluation TFRecords (same forms).")
+    f.DEFINE_string("output_dir", None, "Checkpoints and logs; a checkpoint here is resumed.")
+    f.DEFINE_string("init_checkpoint", None,
+                    "Weights only (phase 1 -> phase 2, Google's BERT); optimizer state starts "
+                    "fresh. Ignored when --output_dir already holds a checkpoint.")
+    f.DEFINE_enum("optimizer_type", "lamb", ["lamb", "adam"], "NVLAMB or AdamWeightDecay.")
+    f.DEFINE_integer("max_seq_length", 128, "Must equal the records' sequence length.")
+    f.DEFINE_integer("max_predictions_per_seq", 20, "Must equal the records' prediction count.")
+    f.DEFINE_bool("do_train", False, "Train.")
+    f.DEFINE_bool("do_eval", False, "Evaluate on --eval_files_dir after training.")
+    f.DEFINE_integer("train_batch_size", 32, "Sequences per micro-batch per rank.")
+    f.DEFINE_integer("eval_batch_size", 8, "Sequences per evaluation batch.")
+    f.DEFINE_float("learning_rate", 5e-5, "Peak learning rate.")
+    f.DEFINE_float("weight_decay_rate", 0.01, "Decoupled weight decay.")
+    f.DEFINE_integer("num_train_steps", 100000, "Optimizer steps (global_step) to reach.")
+    f.DEFINE_integer("num_warmup_steps", 10000, "Linear warm-up steps.")
+    f.DEFINE_integer("phase1_end_step", 0,
+                     "Learning-rate schedule offset: the schedule runs on global_step minus "
+                     "this, so a phase continuing in the same --output_dir does its own "
+                     "warm-up and decay.")
+    f.DEFINE_integer("save_checkpoints_steps", 1000, "Checkpoint every N optimizer steps.")
+    f.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints to keep.")
+    f.DEFINE_integer("display_loss_steps", 10, "Log every N optimizer steps.")
+    f.DEFINE_integer("max_eval_steps", 100, "Evaluation batches.")
+    f.DEFINE_integer("num_accumulation_steps", 1, "Micro-batches per optimizer step.")
+    f.DEFINE_bool("allreduce_post_accumulation", False,
+                  "One allreduce per optimizer step instead of one per micro-batch.")
+    f.DEFINE_bool("horovod", False, "Data-parallel over Horovod ranks (horovodrun -np N).")
+    f.DEFINE_bool("amp", False, "Automatic mixed precision: --amp_dtype compute, float32 weights.")
+    f.DEFINE_enum("amp_dtype", "float16", ["float16", "bfloat16"],
+                  "Compute type under --amp (float16 uses dynamic loss scaling).")
+    f.DEFINE_bool("use_xla", False, "Compile the step with XLA.")
+    f.DEFINE_float("init_loss_scale", 2.0 ** 15, "Initial dynamic loss scale (float16).")
+    f.DEFINE_string("dllog_path", None, "JSON-lines log of every logged step (rank 0).")
+    f.DEFINE_integer("seed", 12345, "Seed of initialisation, data order and dropout.")
+    f.DEFINE_float("peak_tflops", 0.0,
+                   "Peak TFLOP/s of one device for the MFU estimate (0: look up the GPU).")
+    f.DEFINE_integer("shuffle_buffer", 1000, "Record shuffle window of the input pipeline.")

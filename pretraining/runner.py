@@ -1,0 +1,159 @@
+"""Runs pre-training (and its evaluation) from parsed flags.
+
+Resuming: the Estimator restores the latest checkpoint in --output_dir (weights, optimizer
+slots, accumulation buffers, global step, loss scale, micro-step counter). The input
+pipeline is deterministic for a seed, and the checkpoint's micro-step counter says how many
+micro-batches this rank already consumed, so the resumed pipeline skips exactly those
+records: no example is trained on twice or skipped. Dropout masks are seeded by the same
+counter, so a resumed run reproduces the uninterrupted one.
+"""
+import os
+import sys
+
+import tensorflow as tf
+from absl import logging
+
+from modeling import BertConfig, ConfigError
+from modeling.checkpoints import CheckpointError
+from pretraining.input_pipeline import (InputError, check_records_match, list_input_files,
+                                        make_input_fn)
+from pretraining.model_fn import MICRO_STEP_NAME, PretrainingSettings, make_model_fn
+from training.distributed import Workers
+from training.flops import peak_tflops_for_device, training_flops_per_sequence
+from training.hooks import PreemptionHook, StepLoggingHook
+from training.run_config import make_run_config
+
+tf1 = tf.compat.v1
+
+
+class UsageError(ValueError):
+    """Flags that cannot work together."""
+
+
+def checkpoint_value(model_dir, name, default=0):
+    """A scalar from the latest checkpoint in model_dir (default when there is none)."""
+    latest = tf1.train.latest_checkpoint(model_dir) if model_dir and tf.io.gfile.isdir(model_dir) else None
+    if latest is None:
+        return default
+    reader = tf.train.load_checkpoint(latest)
+    return int(reader.get_tensor(name)) if reader.has_tensor(name) else default
+
+
+def _peak_flops(flags_peak_tflops):
+    if flags_peak_tflops > 0:
+        return flags_peak_tflops * 1e12
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        details = tf.config.experimental.get_device_details(gpus[0])
+        peak = peak_tflops_for_device(details.get("device_name", ""))
+        return peak * 1e12 if peak else None
+    return None
+
+
+def _validate(flags, config):
+    if not (flags.do_train or flags.do_eval):
+        raise UsageError("nothing to do: pass --do_train and/or --do_eval")
+    if flags.max_seq_length > config.max_position_embeddings:
+        raise UsageError(f"--max_seq_length={flags.max_seq_length} exceeds the config's "
+                         f"max_position_embeddings {config.max_position_embeddings}")
+    if flags.max_predictions_per_seq > flags.max_seq_length:
+        raise UsageError("--max_predictions_per_seq cannot exceed --max_seq_length")
+    if flags.num_accumulation_steps < 1:
+        raise UsageError("--num_accumulation_steps must be >= 1")
+    if flags.do_train and not flags.input_files_dir:
+        raise UsageError("--do_train needs --input_files_dir")
+    if flags.do_eval and not flags.eval_files_dir:
+        raise UsageError("--do_eval needs --eval_files_dir")
+
+
+def run(flags):
+    """Trains and/or evaluates. Returns a dict of results (training summary, eval metrics)."""
+    config = BertConfig.from_json_file(flags.bert_config_file)
+    _validate(flags, config)
+    workers = Workers(flags.horovod)
+    compute_type = flags.amp_dtype if flags.amp else "float32"
+    loss_scale = "dynamic" if compute_type == "float16" else None
+    results = {}
+
+    train_files = eval_files = None
+    if flags.do_train:
+        train_files = list_input_files(flags.input_files_dir)
+        check_records_match(train_files, flags.max_seq_length, flags.max_predictions_per_seq)
+    if flags.do_eval:
+        eval_files = list_input_files(flags.eval_files_dir)
+        check_records_match(eval_files, flags.max_seq_length, flags.max_predictions_per_seq)
+
+    settings = PretrainingSettings(
+        bert_config=config, learning_rate=flags.learning_rate,
+        num_train_steps=flags.num_train_steps, num_warmup_steps=flags.num_warmup_steps,
+        start_step=flags.phase1_end_step, optimizer_type=flags.optimizer_type,
+        init_checkpoint=flags.init_checkpoint, compute_type=compute_type,
+        loss_scale=loss_scale, init_loss_scale=flags.init_loss_scale,
+        num_accumulation_steps=flags.num_accumulation_steps,
+        allreduce_post_accumulation=flags.allreduce_post_accumulation,
+        allreduce_fn=workers.allreduce_fn(compress_fp16=flags.amp),
+        seed=flags.seed, rank=workers.rank, weight_decay_rate=flags.weight_decay_rate)
+
+    log_hooks = []
+
+    def logging_hooks(tensors):
+        hook = StepLoggingHook(
+            tensors, flags.display_loss_steps,
+            global_batch_size=flags.train_batch_size * workers.size,
+            flops_per_sequence=training_flops_per_sequence(
+                config, flags.max_seq_length, flags.max_predictions_per_seq),
+            peak_flops=_peak_flops(flags.peak_tflops) and _peak_flops(flags.peak_tflops) * workers.size,
+            dllog_path=flags.dllog_path, is_chief=workers.is_chief)
+        log_hooks.append(hook)
+        return [hook]
+
+    if workers.is_chief:
+        tf.io.gfile.makedirs(flags.output_dir)
+    run_config = make_run_config(flags.output_dir, workers, flags.save_checkpoints_steps,
+                                 flags.keep_checkpoint_max, flags.use_xla, flags.seed)
+    estimator = tf.estimator.Estimator(make_model_fn(settings, logging_hooks), config=run_config)
+
+    if flags.do_train:
+        done = checkpoint_value(flags.output_dir, "global_step")
+        if done >= flags.num_train_steps:
+            logging.info("%s already holds step %d >= --num_train_steps: nothing to train",
+                         flags.output_dir, done)
+        else:
+            input_fn = make_input_fn(
+                train_files, flags.train_batch_size, flags.max_seq_length,
+                flags.max_predictions_per_seq, True, seed=flags.seed,
+                num_shards=workers.size, shard_index=workers.rank,
+                shuffle_buffer=flags.shuffle_buffer,
+                skip_records_fn=lambda: checkpoint_value(flags.output_dir, MICRO_STEP_NAME)
+                * flags.train_batch_size)
+            preemption = PreemptionHook(os.path.join(flags.output_dir, "model.ckpt"),
+                                        workers.is_chief)
+            estimator.train(input_fn, max_steps=flags.num_train_steps,
+                            hooks=workers.hooks() + [preemption])
+            if log_hooks:
+                results["train"] = log_hooks[-1].summary()
+            results["preempted"] = preemption.received is not None
+            if preemption.received is not None:
+                return results
+
+    if flags.do_eval and workers.is_chief:
+        input_fn = make_input_fn(eval_files, flags.eval_batch_size, flags.max_seq_length,
+                                 flags.max_predictions_per_seq, False)
+        metrics = estimator.evaluate(input_fn, steps=flags.max_eval_steps)
+        results["eval"] = {k: float(v) for k, v in metrics.items()}
+        path = os.path.join(flags.output_dir, "eval_results.txt")
+        with tf.io.gfile.GFile(path, "w") as writer:
+            for key in sorted(metrics):
+                writer.write(f"{key} = {metrics[key]}\n")
+        logging.info("eval results (%s): %s", path, results["eval"])
+    return results
+
+
+def main(flags):
+    """Entry point for run_pretraining.py: one-line errors, exit codes."""
+    try:
+        run(flags)
+    except (UsageError, ConfigError, CheckpointError, InputError, RuntimeError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0

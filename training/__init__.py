@@ -1,0 +1,1 @@
+"""Machinery shared by pre-training and fine-tuning: Horovod, RunConfig, hooks, FLOPs."""

@@ -1,0 +1,72 @@
+"""One view of the job's workers, with or without Horovod.
+
+With `--horovod`, each process is one rank: it is pinned to its local GPU, gradients are
+averaged with ring-allreduce (float16-compressed under AMP), variables are broadcast from
+rank 0 at start, and only rank 0 writes checkpoints, summaries and logs. Without it, the same
+object describes a single worker, so the rest of the code never branches on Horovod itself.
+"""
+import os
+
+import tensorflow as tf
+
+tf1 = tf.compat.v1
+
+
+class Workers:
+    """rank/size/local_rank and the Horovod hooks, or a single-worker stand-in for them."""
+
+    def __init__(self, use_horovod=False):
+        self.use_horovod = bool(use_horovod)
+        if self.use_horovod:
+            try:
+                import horovod.tensorflow as hvd
+            except ImportError as err:
+                raise RuntimeError(
+                    "--horovod needs Horovod built against this TensorFlow: "
+                    f"bash scripts/install.sh ({err})") from None
+            hvd.init()
+            self._hvd = hvd
+            self.rank, self.size, self.local_rank = hvd.rank(), hvd.size(), hvd.local_rank()
+        else:
+            self._hvd = None
+            self.rank, self.size, self.local_rank = 0, 1, 0
+
+    @property
+    def is_chief(self):
+        return self.rank == 0
+
+    def allreduce_fn(self, compress_fp16=False):
+        """callable(grad) -> grad averaged over ranks, or None for a single worker."""
+        if not self.use_horovod:
+            return None
+        hvd = self._hvd
+        compression = hvd.Compression.fp16 if compress_fp16 else hvd.Compression.none
+        return lambda grad: hvd.allreduce(grad, op=hvd.Average, compression=compression)
+
+    def hooks(self):
+        """Session hooks every rank runs: the initial broadcast from rank 0."""
+        if not self.use_horovod:
+            return []
+        return [self._hvd.BroadcastGlobalVariablesHook(0)]
+
+    def allreduce_mean(self, value):
+        """Averages a scalar over ranks (e.g. for logging); identity for one worker."""
+        if not self.use_horovod:
+            return value
+        return self._hvd.allreduce(value, op=self._hvd.Average)
+
+    def session_config(self):
+        """ConfigProto pinning this rank to its local GPU (if any) and growing GPU memory."""
+        config = tf1.ConfigProto(allow_soft_placement=True)
+        config.gpu_options.allow_growth = True
+        if self.use_horovod and tf.config.list_physical_devices("GPU"):
+            config.gpu_options.visible_device_list = str(self.local_rank)
+        # Use the cores allotted to this rank rather than oversubscribing the machine.
+        if self.use_horovod and not tf.config.list_physical_devices("GPU"):
+            cores = max(1, (os.cpu_count() or 1) // max(1, self.local_size()))
+            config.intra_op_parallelism_threads = cores
+            config.inter_op_parallelism_threads = 2
+        return config
+
+    def local_size(self):
+        return self._hvd.local_size() if self.use_horovod else 1

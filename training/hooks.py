@@ -1,0 +1,164 @@
+"""Session hooks: step logging (console, JSON lines) with throughput and MFU, and
+checkpoint-on-preemption.
+
+Both are plain `tf.compat.v1.train.SessionRunHook`s so they work under any Estimator.
+"""
+import json
+import os
+import signal
+import time
+
+import tensorflow as tf
+from absl import logging
+
+tf1 = tf.compat.v1
+
+
+class StepLoggingHook(tf1.train.SessionRunHook):
+    """Logs every `every_n_steps` optimizer steps (rank 0 only).
+
+    `tensors` are fetched with every micro-batch (scalars, in the same run as the train op,
+    as the training op's extras must be) and averaged over the interval. Keys used:
+    `global_step` and `is_optimizer_step` (required), any others (losses, learning_rate,
+    loss_scale, skipped_steps...) are reported as they are.
+
+    Throughput is sequences per second over all ranks: micro-batches x `global_batch_size`
+    (per-rank batch x ranks) / wall time. The first `warmup_logs` intervals (graph
+    compilation, XLA, cache warm-up) are left out of the final average.
+    """
+
+    def __init__(self, tensors, every_n_steps, global_batch_size, flops_per_sequence=None,
+                 peak_flops=None, dllog_path=None, warmup_logs=1, is_chief=True):
+        self._tensors = tensors
+        self._every = max(1, int(every_n_steps))
+        self._global_batch = global_batch_size
+        self._flops_per_sequence = flops_per_sequence
+        self._peak_flops = peak_flops
+        self._dllog_path = dllog_path
+        self._warmup_logs = warmup_logs
+        self._is_chief = is_chief
+        self.records = []
+
+    def begin(self):
+        self._sums, self._count = {}, 0
+        self._last_time = None
+        self._micro_batches = 0
+        self._logs = 0
+        self._measured_seconds = 0.0
+        self._measured_sequences = 0
+        self._start = time.time()
+        self._last_values = {}
+        if self._dllog_path and self._is_chief:
+            os.makedirs(os.path.dirname(os.path.abspath(self._dllog_path)), exist_ok=True)
+
+    def before_run(self, run_context):
+        if self._last_time is None:
+            self._last_time = time.time()
+        return tf1.train.SessionRunArgs(self._tensors)
+
+    def after_run(self, run_context, run_values):
+        values = run_values.results
+        self._micro_batches += 1
+        for key, value in values.items():
+            if key in ("global_step", "is_optimizer_step", "skipped_steps", "loss_scale",
+                       "learning_rate"):
+                continue
+            self._sums[key] = self._sums.get(key, 0.0) + float(value)
+        self._count += 1
+        self._last_values = values
+        step = int(values["global_step"])
+        if values["is_optimizer_step"] and step % self._every == 0:
+            self._emit(values, step)
+
+    def _emit(self, values, step):
+        now = time.time()
+        seconds = max(now - self._last_time, 1e-9)
+        sequences = self._micro_batches * self._global_batch
+        record = {"step": step}
+        record.update({k: v / self._count for k, v in self._sums.items()})
+        for key in ("learning_rate", "loss_scale", "skipped_steps"):
+            if key in values:
+                record[key] = float(values[key]) if key != "skipped_steps" else int(values[key])
+        record["sequences_per_second"] = sequences / seconds
+        if self._flops_per_sequence:
+            record["tflops"] = record["sequences_per_second"] * self._flops_per_sequence / 1e12
+            if self._peak_flops:
+                record["mfu"] = record["tflops"] * 1e12 / self._peak_flops
+        self._logs += 1
+        if self._logs > self._warmup_logs:
+            self._measured_seconds += seconds
+            self._measured_sequences += sequences
+        self.records.append(record)
+        if self._is_chief:
+            logging.info("step %d: %s", step, ", ".join(
+                f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                for k, v in record.items() if k != "step"))
+            if self._dllog_path:
+                with open(self._dllog_path, "a", encoding="utf-8") as writer:
+                    writer.write(json.dumps(record) + "\n")
+        self._sums, self._count, self._micro_batches = {}, 0, 0
+        self._last_time = now
+
+    def summary(self):
+        """Totals of the run: average throughput without warm-up, time, final loss."""
+        result = {"total_seconds": time.time() - self._start}
+        if self._measured_seconds > 0:
+            result["average_sequences_per_second"] = \
+                self._measured_sequences / self._measured_seconds
+        if self.records:
+            last = self.records[-1]
+            result.update({k: last[k] for k in ("total_loss", "masked_lm_loss",
+                                                 "next_sentence_loss") if k in last})
+            result["final_step"] = last["step"]
+        return result
+
+    def end(self, session):
+        if not self._is_chief:
+            return
+        summary = self.summary()
+        logging.info("training done: %s", ", ".join(
+            f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in summary.items()))
+        if self._dllog_path:
+            with open(self._dllog_path, "a", encoding="utf-8") as writer:
+                writer.write(json.dumps(dict(summary, event="summary")) + "\n")
+
+
+class PreemptionHook(tf1.train.SessionRunHook):
+    """On SIGTERM or SIGINT (a cluster preempting the job, Ctrl-C): finish the current
+    micro-batch, save a checkpoint (chief), stop; the Estimator then returns normally and the
+    process exits 0. Rerunning the same command resumes from that checkpoint."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, checkpoint_prefix, is_chief=True):
+        self._checkpoint_prefix = checkpoint_prefix
+        self._is_chief = is_chief
+        self.received = None
+        self._previous = {}
+
+    def _handler(self, signum, frame):
+        self.received = signum
+        logging.warning("received signal %d: saving a checkpoint after this step", signum)
+
+    def begin(self):
+        self._global_step = tf1.train.get_global_step()
+        for sig in self.SIGNALS:
+            try:
+                self._previous[sig] = signal.signal(sig, self._handler)
+            except ValueError:  # not the main thread: leave signals alone
+                pass
+
+    def after_run(self, run_context, run_values):
+        if self.received is not None:
+            run_context.request_stop()
+
+    def end(self, session):
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+        if self.received is None or not self._is_chief:
+            return
+        savers = tf1.get_collection(tf1.GraphKeys.SAVERS)
+        saver = savers[0] if savers else tf1.train.Saver()
+        step = session.run(self._global_step)
+        path = saver.save(session, self._checkpoint_prefix, global_step=step)
+        logging.warning("preempted: saved %s", path)
