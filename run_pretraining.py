@@ -16,6 +16,9 @@ define_flags()
 
 
 def main(_):
+    if flags.FLAGS.use_xla:
+        from training.xla_env import enable_cpu_xla
+        enable_cpu_xla()  # before TensorFlow is imported
     from pretraining.runner import main as run_main
     return run_main(flags.FLAGS)
 

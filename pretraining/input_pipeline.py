@@ -116,7 +116,7 @@ def make_dataset(files, batch_size, max_seq_length, max_predictions_per_seq, is_
         dataset = dataset.repeat()
         dataset = dataset.interleave(tf.data.TFRecordDataset,
                                      cycle_length=max(1, min(cycle_length, file_count)),
-                                     deterministic=True)
+                                     num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     else:
         dataset = tf.data.TFRecordDataset(dataset)
     if record_sharding:

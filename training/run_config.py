@@ -2,21 +2,11 @@
 import os
 
 import tensorflow as tf
+from absl import logging
+
+from training.xla_env import XLA_CPU_FLAG
 
 tf1 = tf.compat.v1
-
-XLA_CPU_FLAG = "--tf_xla_cpu_global_jit"
-
-
-def enable_cpu_xla():
-    """XLA auto-clustering on the CPU is honoured only with this flag in TF_XLA_FLAGS.
-
-    TensorFlow reads the variable when it first builds a session, so setting it before the
-    first Session (not before `import tensorflow`) is enough; on GPUs it is not needed.
-    """
-    flags = os.environ.get("TF_XLA_FLAGS", "")
-    if XLA_CPU_FLAG not in flags:
-        os.environ["TF_XLA_FLAGS"] = (flags + " " + XLA_CPU_FLAG).strip()
 
 
 def make_run_config(model_dir, workers, save_checkpoints_steps=1000, keep_checkpoint_max=5,
@@ -29,7 +19,10 @@ def make_run_config(model_dir, workers, save_checkpoints_steps=1000, keep_checkp
     """
     session_config = workers.session_config()
     if use_xla:
-        enable_cpu_xla()
+        if (XLA_CPU_FLAG not in os.environ.get("TF_XLA_FLAGS", "")
+                and not tf.config.list_physical_devices("GPU")):
+            logging.warning("--use_xla on the CPU needs TF_XLA_FLAGS=%s before TensorFlow "
+                            "starts (entry points set it); XLA may stay off", XLA_CPU_FLAG)
         session_config.graph_options.optimizer_options.global_jit_level = \
             tf1.OptimizerOptions.ON_1
     chief = workers.is_chief

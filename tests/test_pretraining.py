@@ -1,0 +1,194 @@
+"""run_pretraining end to end on small records: precisions x XLA x accumulation, exact resume
+after kill -9, SIGTERM, start-up checks, input sharding."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from absl import flags
+
+from pretraining.flags import define_flags
+from pretraining.input_pipeline import InputError, make_dataset
+from pretraining.runner import run
+from pretraining_records import write_random_records
+
+SEQ, PREDICTIONS, VOCAB = 16, 3, 101
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pretraining")
+    (root / "train").mkdir()
+    for index in range(3):
+        write_random_records(root / "train" / f"part-{index}.tfrecord", 48, SEQ, PREDICTIONS,
+                             VOCAB, seed=index)
+    (root / "eval").mkdir()
+    write_random_records(root / "eval" / "part-0.tfrecord", 32, SEQ, PREDICTIONS, VOCAB, seed=9)
+    from modeling import named_config
+    named_config("tiny").replace(vocab_size=VOCAB).to_json_file(str(root / "bert_config.json"))
+    return root
+
+
+def make_flags(data, output_dir, **overrides):
+    values = flags.FlagValues()
+    define_flags(values)
+    values(["run_pretraining"])
+    settings = dict(bert_config_file=str(data / "bert_config.json"),
+                    input_files_dir=str(data / "train"), eval_files_dir=str(data / "eval"),
+                    output_dir=str(output_dir), do_train=True, train_batch_size=4,
+                    max_seq_length=SEQ, max_predictions_per_seq=PREDICTIONS,
+                    num_train_steps=3, num_warmup_steps=1, learning_rate=1e-3,
+                    display_loss_steps=1, save_checkpoints_steps=100, shuffle_buffer=20)
+    settings.update(overrides)
+    for key, value in settings.items():
+        setattr(values, key, value)
+    return values
+
+
+def command_line(data, output_dir, **overrides):
+    values = make_flags(data, output_dir, **overrides)
+    args = [sys.executable, "run_pretraining.py"]
+    for name in ("bert_config_file", "input_files_dir", "output_dir", "train_batch_size",
+                 "max_seq_length", "max_predictions_per_seq", "num_train_steps",
+                 "num_warmup_steps", "learning_rate", "display_loss_steps",
+                 "save_checkpoints_steps", "shuffle_buffer", "num_accumulation_steps"):
+        args.append(f"--{name}={getattr(values, name)}")
+    return args + ["--do_train"]
+
+
+def checkpoint_tensors(path):
+    reader = tf.train.load_checkpoint(path)
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+@pytest.mark.parametrize("accumulation", [1, 4])
+@pytest.mark.parametrize("xla", [False, True], ids=["no_xla", "xla"])
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
+def test_every_precision_xla_accumulation_combination_trains(data, tmp_path, precision, xla,
+                                                             accumulation):
+    amp = precision != "fp32"
+    dtype = {"fp16": "float16", "bf16": "bfloat16"}.get(precision, "float16")
+    values = make_flags(data, tmp_path, amp=amp, amp_dtype=dtype, use_xla=xla,
+                        num_accumulation_steps=accumulation, num_train_steps=2,
+                        init_loss_scale=2.0 ** 10)
+    results = run(values)
+    records = results["train"]
+    assert records["final_step"] == 2 and np.isfinite(records["total_loss"])
+    state = checkpoint_tensors(tf.train.latest_checkpoint(str(tmp_path)))
+    assert state["global_step"] == 2 and state["micro_step"] == 2 * accumulation
+    assert ("gradient_accumulation/local_step" in state) == (accumulation > 1)
+    if precision == "fp16":
+        assert state["loss_scale/loss_scale"] in (2.0 ** 10, 2.0 ** 9, 2.0 ** 8)
+    assert all(np.isfinite(v).all() for v in state.values() if v.dtype.kind == "f")
+
+
+def test_eval_reports_googles_metrics(data, tmp_path):
+    results = run(make_flags(data, tmp_path, do_eval=True, max_eval_steps=4, eval_batch_size=8))
+    assert {"masked_lm_accuracy", "masked_lm_loss", "next_sentence_accuracy",
+            "next_sentence_loss"} <= results["eval"].keys()
+    lines = (tmp_path / "eval_results.txt").read_text().splitlines()
+    assert any(line.startswith("masked_lm_accuracy = ") for line in lines)
+
+
+def test_records_that_do_not_match_the_flags_fail_at_start(data, tmp_path):
+    with pytest.raises(InputError, match=r"part-0\.tfrecord: records have sequence length 16 "
+                                         r"but --max_seq_length=32"):
+        run(make_flags(data, tmp_path, max_seq_length=32))
+    with pytest.raises(InputError, match=r"3 masked-LM predictions but "
+                                         r"--max_predictions_per_seq=5"):
+        run(make_flags(data, tmp_path, max_predictions_per_seq=5))
+    with pytest.raises(InputError, match="no input files"):
+        run(make_flags(data, tmp_path, input_files_dir=str(tmp_path / "none")))
+
+
+def test_command_line_errors_are_one_line(data, tmp_path, repo_root):
+    args = command_line(data, tmp_path) + ["--max_seq_length=600"]
+    result = subprocess.run(args, capture_output=True, text=True, cwd=repo_root, timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: --max_seq_length=600 exceeds the config's max_position_embeddings 512")
+    assert "Traceback" not in result.stderr
+
+
+def test_kill_minus_9_then_resume_equals_uninterrupted_run(data, tmp_path, repo_root):
+    overrides = dict(num_train_steps=40, save_checkpoints_steps=3, num_accumulation_steps=2)
+    reference = tmp_path / "reference"
+    subprocess.run(command_line(data, reference, **overrides), cwd=repo_root, check=True,
+                   capture_output=True, timeout=300)
+
+    interrupted = tmp_path / "interrupted"
+    kill_after = int(np.random.default_rng(int(time.time())).integers(1, 6)) * 3
+    process = subprocess.Popen(command_line(data, interrupted, **overrides), cwd=repo_root,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    while not (interrupted / f"model.ckpt-{kill_after}.index").exists():
+        assert process.poll() is None and time.time() < deadline, "run ended before the kill"
+        time.sleep(0.05)
+    process.kill()
+    process.wait()
+    steps = {int(p.name.split("-")[1].split(".")[0]) for p in interrupted.glob("model.ckpt-*.index")}
+    assert max(steps) < 40, "killed too late to test resuming"
+    subprocess.run(command_line(data, interrupted, **overrides), cwd=repo_root, check=True,
+                   capture_output=True, timeout=300)
+
+    expected = checkpoint_tensors(str(reference / "model.ckpt-40"))
+    got = checkpoint_tensors(str(interrupted / "model.ckpt-40"))
+    assert expected.keys() == got.keys()
+    for name, value in expected.items():
+        np.testing.assert_allclose(got[name], value, atol=1e-5, err_msg=name)
+    assert got["micro_step"] == 80
+
+
+def test_sigterm_saves_a_checkpoint_and_exits_zero(data, tmp_path, repo_root):
+    output = tmp_path / "run"
+    args = command_line(data, output, num_train_steps=100000, save_checkpoints_steps=100000,
+                        display_loss_steps=1)
+    process = subprocess.Popen(args, cwd=repo_root, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 240
+    log = ""
+    while "step 5:" not in log:
+        line = process.stderr.readline()
+        assert line or process.poll() is None, "run ended early"
+        log += line
+        assert time.time() < deadline
+    process.send_signal(signal.SIGTERM)
+    _, rest = process.communicate(timeout=120)
+    assert process.returncode == 0, rest[-2000:]
+    assert "preempted: saved" in rest
+    latest = tf.train.latest_checkpoint(str(output))
+    step = int(latest.rsplit("-", 1)[1])
+    assert step >= 5 and checkpoint_tensors(latest)["global_step"] == step
+
+
+def _ids(dataset, batches):
+    iterator = iter(dataset.take(batches))
+    return [[tuple(row) for row in batch["input_ids"].numpy()] for batch in iterator]
+
+
+def test_input_sharding_is_disjoint_and_skip_resumes_exactly(tmp_path):
+    files = []
+    for index in range(4):
+        path = tmp_path / f"f{index}.tfrecord"
+        write_random_records(path, 10, SEQ, PREDICTIONS, 10_000, seed=100 + index)
+        files.append(str(path))
+
+    def rows(num_shards, shard_index, file_list, skip=0, batches=5):
+        dataset = make_dataset(file_list, 2, SEQ, PREDICTIONS, True, seed=7,
+                               num_shards=num_shards, shard_index=shard_index,
+                               skip_records=skip, shuffle_buffer=4)
+        return [row for batch in _ids(dataset, batches) for row in batch]
+
+    # whole files per rank: the ranks' records never overlap
+    rank0, rank1 = set(rows(2, 0, files, batches=10)), set(rows(2, 1, files, batches=10))
+    assert rank0 and rank1 and not rank0 & rank1
+    # fewer files than ranks: record-level sharding, still disjoint
+    few0, few1 = set(rows(2, 0, files[:1])), set(rows(2, 1, files[:1]))
+    assert few0 and few1 and not few0 & few1
+    # skipping k records continues the same stream exactly
+    full = rows(1, 0, files, batches=8)
+    assert rows(1, 0, files, skip=6, batches=5) == full[6:16]
