@@ -20,7 +20,7 @@ from pretraining.input_pipeline import (InputError, check_records_match, list_in
 from pretraining.model_fn import MICRO_STEP_NAME, PretrainingSettings, make_model_fn
 from training.distributed import Workers
 from training.flops import peak_tflops_for_device, training_flops_per_sequence
-from training.hooks import PreemptionHook, StepLoggingHook
+from training.hooks import PreemptionHook, StepLoggingHook, WeightsFingerprintHook
 from training.run_config import make_run_config
 
 tf1 = tf.compat.v1
@@ -128,8 +128,10 @@ def run(flags):
                 * flags.train_batch_size)
             preemption = PreemptionHook(os.path.join(flags.output_dir, "model.ckpt"),
                                         workers.is_chief)
-            estimator.train(input_fn, max_steps=flags.num_train_steps,
-                            hooks=workers.hooks() + [preemption])
+            hooks = workers.hooks() + [preemption]
+            if workers.use_horovod:
+                hooks.append(WeightsFingerprintHook(workers.rank))
+            estimator.train(input_fn, max_steps=flags.num_train_steps, hooks=hooks)
             if log_hooks:
                 results["train"] = log_hooks[-1].summary()
             results["preempted"] = preemption.received is not None

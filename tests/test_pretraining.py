@@ -192,3 +192,27 @@ def test_input_sharding_is_disjoint_and_skip_resumes_exactly(tmp_path):
     # skipping k records continues the same stream exactly
     full = rows(1, 0, files, batches=8)
     assert rows(1, 0, files, skip=6, batches=5) == full[6:16]
+
+
+@pytest.mark.horovod
+def test_two_horovod_ranks_stay_identical(data, tmp_path, repo_root):
+    pytest.importorskip("horovod.tensorflow", reason="Horovod not installed "
+                        "(bash scripts/install.sh builds it)")
+    horovodrun = os.path.join(os.path.dirname(sys.executable), "horovodrun")
+    args = command_line(data, tmp_path / "hvd", num_train_steps=4, num_accumulation_steps=2)
+    args = [horovodrun, "-np", "2", "--gloo", "-H", "localhost:2"] + args + [
+        "--horovod", "--allreduce_post_accumulation", "--amp", "--amp_dtype=bfloat16"]
+    result = subprocess.run(args, capture_output=True, text=True, cwd=repo_root, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    output = result.stdout + result.stderr
+    fingerprints = {}
+    for line in output.splitlines():
+        if "weights fingerprint" in line:
+            rank = int(line.split("rank ")[1].split()[0])
+            fingerprints[rank] = float(line.rsplit(" ", 1)[1])
+    assert set(fingerprints) == {0, 1}
+    assert fingerprints[0] == fingerprints[1]
+    state = checkpoint_tensors(tf.train.latest_checkpoint(str(tmp_path / "hvd")))
+    assert state["global_step"] == 4 and state["micro_step"] == 8
+    # only rank 0 writes into --output_dir
+    assert len(list((tmp_path / "hvd").glob("events.out.tfevents*"))) == 1

@@ -162,3 +162,21 @@ class PreemptionHook(tf1.train.SessionRunHook):
         step = session.run(self._global_step)
         path = saver.save(session, self._checkpoint_prefix, global_step=step)
         logging.warning("preempted: saved %s", path)
+
+
+class WeightsFingerprintHook(tf1.train.SessionRunHook):
+    """Logs, on every rank at the end of training, a fingerprint of the trainable weights
+    (sum of squares, float64). Under Horovod all ranks must print the same number: a
+    cheap check that broadcast and allreduce kept the replicas identical."""
+
+    def __init__(self, rank):
+        self._rank = rank
+        self.fingerprint = None
+
+    def begin(self):
+        self._squares = tf.add_n([tf.reduce_sum(tf.square(tf.cast(v, tf.float64)))
+                                  for v in tf1.trainable_variables()])
+
+    def end(self, session):
+        self.fingerprint = float(session.run(self._squares))
+        logging.info("rank %d weights fingerprint %.12e", self._rank, self.fingerprint)
