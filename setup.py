@@ -28,6 +28,7 @@ setup(
         "tokenizers>=0.15",
         "tqdm>=4.60",
         "wikiextractor==3.1.0",
+        "google-crc32c>=1.5",
     ],
     extras_require={
         "cpu": [f"tensorflow-cpu=={TF_VERSION}"],

@@ -17,11 +17,12 @@ CRC32C comes from the optional ``google-crc32c`` package (C code) when it is ins
 otherwise from a numpy implementation that runs the table-driven CRC over all records of a
 batch in parallel (one vector step per byte column), which is nearly as fast.
 
-Every record of a batch is described as a row of "items": an unsigned value emitted either as a
-protobuf varint or as one raw byte.  Tags, key characters and length prefixes are varint items
-(values < 128 are their own varint byte), floats are four raw-byte items each.  All rows have
-the same number of items, so the whole batch is one 2-D array; byte widths vary per item and the
-bytes are compacted with a boolean mask.
+Every record of a batch is laid out as one row of a 2-D byte array in which each varint gets
+a fixed slot as wide as the largest value of its column needs (bytes looked up in a cached
+table of the varints of 0..2**k-1), with a validity mask for the unused slot bytes; one
+``np.compress`` over the batch then drops those bytes and leaves the records concatenated.
+The TFRecord framing bytes are slots of the same rows, filled in once the records' positions
+are known.
 """
 from __future__ import annotations
 
@@ -97,9 +98,12 @@ def masked_crc(crc: np.ndarray) -> np.ndarray:
 
 
 def _varint_len(values: np.ndarray) -> np.ndarray:
-    """Number of bytes of the protobuf varint of each (non-negative, < 2**35) value."""
+    """Number of bytes of the protobuf varint of each non-negative value (< 2**63)."""
     n = np.ones(values.shape, dtype=np.int32)
-    for shift in (7, 14, 21, 28):
+    top = int(values.max()) if values.size else 0
+    for shift in range(7, 64, 7):
+        if top < (1 << shift):
+            break
         n += values >= (1 << shift)
     return n
 
@@ -111,80 +115,112 @@ FLOAT = "float"
 _FEATURE_TAG = {INT64: 0x1A, FLOAT: 0x12}  # Feature.int64_list = 3, Feature.float_list = 2
 
 
-class _Items:
-    """Rows of items being laid out; each block is (n, w) and is either single-byte or varint."""
+_TABLE_CACHE = {}
+
+
+def _varint_table(size: int):
+    """Varint bytes (size, K), validity (size, K) and lengths (size,) of 0..size-1."""
+    cached = _TABLE_CACHE.get(size)
+    if cached is None:
+        values = np.arange(size, dtype=np.uint64)
+        lengths = _varint_len(values)
+        width = int(lengths[-1])
+        k = np.arange(width, dtype=np.uint64)[None, :]
+        raw = (values[:, None] >> (7 * k)) & 0x7F
+        cont = k < (lengths[:, None] - 1).astype(np.uint64)
+        table = (raw | np.where(cont, 0x80, 0).astype(np.uint64)).astype(np.uint8)
+        valid = k < lengths[:, None].astype(np.uint64)
+        cached = (table, valid, lengths.astype(np.int64))
+        _TABLE_CACHE[size] = cached
+    return cached
+
+
+def _varint_slots(values: np.ndarray):
+    """Varints of an (n, w) block laid out in fixed K-byte slots.
+
+    Returns (bytes (n, w*K) uint8, valid (n, w*K) bool, bytes per row (n,) int64).
+    """
+    n, w = values.shape
+    max_value = int(values.max()) if values.size else 0
+    if max_value < (1 << 21):
+        size = 1 << max(1, max_value.bit_length())
+        table, valid, lengths = _varint_table(size)
+        idx = values.astype(np.intp, copy=False)
+        k = table.shape[1]
+        # np.take on axis 0 is several times faster than fancy indexing for row gathers.
+        return (np.take(table, idx, axis=0).reshape(n, w * k),
+                np.take(valid, idx, axis=0).reshape(n, w * k),
+                np.take(lengths, idx).sum(axis=1))
+    v = values.astype(np.uint64, copy=False)
+    nb = _varint_len(v)
+    width = int(nb.max())
+    out = np.empty((n, w, width), dtype=np.uint8)
+    for k in range(width):
+        out[:, :, k] = (((v >> (7 * k)) & 0x7F)
+                        | np.where(nb > k + 1, 0x80, 0).astype(np.uint64)).astype(np.uint8)
+    valid = np.arange(width)[None, None, :] < nb[:, :, None]
+    return out.reshape(n, w * width), valid.reshape(n, w * width), nb.sum(axis=1, dtype=np.int64)
+
+
+class _Layout:
+    """Records of a batch as rows of byte slots, some of which are unused (varint padding).
+
+    Blocks are appended left to right; ``emit`` drops the unused slots with one boolean
+    compaction, which leaves the records concatenated in row order.
+    """
 
     def __init__(self, n: int):
         self.n = n
-        self.blocks = []  # (values (n, w) array, is_varint)
+        self.blocks = []  # (bytes (n, c) or (c,), valid (n, c) or None)
 
-    def raw(self, values) -> None:
-        """Single-byte items (raw bytes, or varints known to be < 128)."""
-        values = np.asarray(values)
-        if values.ndim == 1:
-            values = np.broadcast_to(values[None, :], (self.n, len(values)))
-        self.blocks.append((values, False))
+    def const(self, values) -> None:
+        self.blocks.append((np.asarray(values, dtype=np.uint8), None))
 
-    def varint(self, values) -> None:
+    def raw(self, values: np.ndarray) -> None:
+        self.blocks.append((values.astype(np.uint8, copy=False), None))
+
+    def varint(self, values: np.ndarray) -> None:
         values = np.asarray(values)
         if values.ndim == 1:
             values = values[:, None]
-        if values.size and int(values.max()) < 128:
-            self.blocks.append((values, False))
-        else:
-            self.blocks.append((values, True))
+        data, valid, _ = _varint_slots(values)
+        self.blocks.append((data, None if valid.all() else valid))
 
-    def emit(self, extra: int = 0):
-        """Lays the items out: returns (buffer, record_starts, record_lengths).
-
-        Varint bytes are written highest byte first for all items, then lower bytes, so the
-        junk high bytes of short varints are always overwritten by the bytes of the items that
-        follow (the position of byte k of item j is written last by item j itself).
-        """
+    def emit(self):
+        """Returns (buffer, record starts, record lengths)."""
         n = self.n
-        nb_parts, b0_parts = [], []
-        multi = []  # (column offset, values, nb) of varint blocks
+        width = sum(b.shape[-1] for b, _ in self.blocks)
+        data = np.empty((n, width), dtype=np.uint8)
+        valid = None
         col = 0
-        for values, is_varint in self.blocks:
-            w = values.shape[1]
-            if is_varint:
-                v = values.astype(np.uint64, copy=False)
-                nb = _varint_len(v)
-                b0 = ((v & 0x7F) | np.where(nb > 1, 0x80, 0).astype(np.uint64)).astype(np.uint8)
-                multi.append((col, v, nb))
-                nb_parts.append(nb)
-            else:
-                b0 = values.astype(np.uint8, copy=False)
-                nb_parts.append(np.ones((n, w), dtype=np.int32))
-            b0_parts.append(np.broadcast_to(b0, (n, w)))
-            col += w
-        nb_all = np.concatenate(nb_parts, axis=1)
-        b0_all = np.concatenate(b0_parts, axis=1)
-        lengths = nb_all.sum(axis=1, dtype=np.int64)
-        flat_nb = nb_all.reshape(-1)
-        dest = np.cumsum(flat_nb, dtype=np.int64)
-        total = int(dest[-1]) if len(dest) else 0
-        dest -= flat_nb
-        dest2d = dest.reshape(n, -1)
-        out = np.empty(total + 8 + extra, dtype=np.uint8)
-        max_nb = max((int(nb.max()) for _, _, nb in multi), default=1)
-        for k in range(max_nb - 1, 0, -1):
-            for c, v, nb in multi:
-                w = v.shape[1]
-                byte = ((v >> (7 * k)) & 0x7F) | np.where(nb > k + 1, 0x80, 0).astype(np.uint64)
-                out[dest2d[:, c:c + w] + k] = byte.astype(np.uint8)
-        out[dest] = b0_all.reshape(-1)
-        starts = dest2d[:, 0].copy() if n else np.zeros(0, dtype=np.int64)
-        return out[:total], starts, lengths
+        for b, v in self.blocks:
+            c = b.shape[-1]
+            data[:, col:col + c] = b
+            if v is not None:
+                if valid is None:
+                    valid = np.ones((n, width), dtype=bool)
+                valid[:, col:col + c] = v
+            col += c
+        if valid is None:
+            lengths = np.full(n, width, dtype=np.int64)
+            buf = data.reshape(-1)
+        else:
+            lengths = np.count_nonzero(valid, axis=1).astype(np.int64)
+            # np.compress is ~3x faster than boolean indexing here.
+            buf = np.compress(valid.reshape(-1), data.reshape(-1))
+        starts = np.zeros(n, dtype=np.int64)
+        if n:
+            np.cumsum(lengths[:-1], out=starts[1:])
+        return buf, starts, lengths
 
 
-def _example_items(features: Mapping[str, np.ndarray], kinds: Mapping[str, str],
-                   prefix_bytes: int = 0, suffix_bytes: int = 0) -> _Items:
+def _example_layout(features: Mapping[str, np.ndarray], kinds: Mapping[str, str],
+                   prefix_bytes: int = 0, suffix_bytes: int = 0) -> _Layout:
     names = sorted(features)
     if not names:
         raise ValueError("no features")
     n = int(np.asarray(features[names[0]]).shape[0])
-    body = []  # (header pieces, payload block, payload is varint)
+    body = []
     entry_lens = []
     for name in names:
         kind = kinds[name]
@@ -197,45 +233,41 @@ def _example_items(features: Mapping[str, np.ndarray], kinds: Mapping[str, str],
         if kind == INT64:
             if arr.size and arr.min() < 0:
                 raise ValueError(f"feature {name}: negative int64 values are not supported")
-            payload = arr.astype(np.uint64, copy=False)
-            payload_len = _varint_len(payload).sum(axis=1, dtype=np.int64)
-            payload_varint = True
+            payload, payload_valid, payload_len = _varint_slots(arr)
         elif kind == FLOAT:
             payload = np.ascontiguousarray(arr, dtype="<f4").view(np.uint8).reshape(n, -1)
+            payload_valid = None
             payload_len = np.full(n, payload.shape[1], dtype=np.int64)
-            payload_varint = False
         else:
             raise ValueError(f"feature {name}: unknown kind {kind!r}")
+        if payload_valid is not None and payload_valid.all():
+            payload_valid = None
         list_len = 1 + _varint_len(payload_len) + payload_len
         feat_len = 1 + _varint_len(list_len) + list_len
         entry_len = 2 + len(key) + 1 + _varint_len(feat_len) + feat_len
         entry_lens.append(entry_len)
-        body.append((key, kind, feat_len, list_len, payload_len, payload, payload_varint))
+        body.append((key, kind, feat_len, list_len, payload_len, payload, payload_valid))
     features_len = sum((1 + _varint_len(e) + e) for e in entry_lens)
 
-    items = _Items(n)
+    layout = _Layout(n)
     if prefix_bytes:
-        items.raw(np.zeros(prefix_bytes, dtype=np.uint8))
-    items.raw(np.array([0x0A], dtype=np.uint8))          # Example.features
-    items.varint(features_len)
-    for (key, kind, feat_len, list_len, payload_len, payload, payload_varint), entry_len in zip(
+        layout.const(np.zeros(prefix_bytes, dtype=np.uint8))
+    layout.const([0x0A])                                   # Example.features
+    layout.varint(features_len)
+    for (key, kind, feat_len, list_len, payload_len, payload, payload_valid), entry_len in zip(
             body, entry_lens):
-        items.raw(np.array([0x0A], dtype=np.uint8))      # Features.feature map entry
-        items.varint(entry_len)
-        items.raw(np.array([0x0A, len(key), *key], dtype=np.uint8))  # entry.key
-        items.raw(np.array([0x12], dtype=np.uint8))      # entry.value: Feature
-        items.varint(feat_len)
-        items.raw(np.array([_FEATURE_TAG[kind]], dtype=np.uint8))  # Feature.*_list
-        items.varint(list_len)
-        items.raw(np.array([0x0A], dtype=np.uint8))      # packed `value` field
-        items.varint(payload_len)
-        if payload_varint:
-            items.varint(payload)
-        else:
-            items.raw(payload)
+        layout.const([0x0A])                               # Features.feature map entry
+        layout.varint(entry_len)
+        layout.const([0x0A, len(key), *key, 0x12])         # entry.key, entry.value tag
+        layout.varint(feat_len)
+        layout.const([_FEATURE_TAG[kind]])                 # Feature.{int64,float}_list
+        layout.varint(list_len)
+        layout.const([0x0A])                               # packed `value` field
+        layout.varint(payload_len)
+        layout.blocks.append((payload, payload_valid))
     if suffix_bytes:
-        items.raw(np.zeros(suffix_bytes, dtype=np.uint8))
-    return items
+        layout.const(np.zeros(suffix_bytes, dtype=np.uint8))
+    return layout
 
 
 def encode_examples(features: Mapping[str, np.ndarray],
@@ -247,14 +279,14 @@ def encode_examples(features: Mapping[str, np.ndarray],
     concatenated serialised records as one uint8 array and the length of each record.  The
     bytes equal ``tf.train.Example(...).SerializeToString(deterministic=True)``.
     """
-    data, _, lengths = _example_items(features, kinds).emit()
+    data, _, lengths = _example_layout(features, kinds).emit()
     return data, lengths
 
 
 def encode_tfrecords(features: Mapping[str, np.ndarray],
                      kinds: Mapping[str, str]) -> np.ndarray:
     """Like ``encode_examples`` but returns the records already in TFRecord framing."""
-    buf, starts, lengths = _example_items(features, kinds, prefix_bytes=12,
+    buf, starts, lengths = _example_layout(features, kinds, prefix_bytes=12,
                                           suffix_bytes=4).emit()
     _fill_framing(buf, starts, lengths - 16)
     return buf

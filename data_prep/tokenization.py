@@ -13,24 +13,26 @@ Two implementations live here:
 
 * ``BasicTokenizer`` + ``WordpieceTokenizer``: a small pure-Python reference,
   character by character, that documents the algorithm;
-* ``FullTokenizer``'s fast path: the same steps done on whole strings with CPython
-  primitives (``str.translate``, ``str.lower``, ``unicodedata.normalize``,
-  ``str.split``) driven by the same ``unicodedata`` tables, followed by WordPiece in
-  the Rust ``tokenizers`` library. It gives identical output (the tests check it on
-  real text and on every code point).
+* ``FullTokenizer``'s fast path: the same steps on whole strings with C-implemented
+  primitives (``re``, ``str.lower``, ``unicodedata.normalize``, ``str.translate``,
+  ``str.split``) driven by tables built from the reference's own predicates; each
+  distinct word is then split on punctuation and run through WordPiece once, by the
+  Rust ``tokenizers`` library, and remembered. Its output is identical (the tests
+  check real text and every character class).
 
 Why not ``tokenizers``' own ``BertNormalizer``/``BertPreTokenizer``: they carry
-older Unicode tables than Python's, and differ from Google on about 800 assigned
-code points (newer punctuation, combining marks and format characters, CJK
-Extension C+ U+2B820-U+2CEAF not treated as CJK) and on Greek final sigma (Python's
-``str.lower`` maps a word-final capital sigma to "ς", Rust lower-cases per
-character to "σ"). Only the WordPiece model is delegated to Rust, which is where
-the time goes.
+older Unicode tables than Python's ``unicodedata`` and, scanned over every code
+point (tokenizers 0.23, Python 3.11), differ from Google on 760 assigned characters
+(newer punctuation, combining marks and format characters; CJK Extension C-F,
+U+2B820-U+2CEAF, not treated as CJK), drop private-use characters that Google keeps,
+and lower-case a word-final capital sigma to "σ" where Python's ``str.lower`` (and
+so Google) gives "ς".
 
 A SentencePiece model (a ``.model`` file) can be used instead of a WordPiece vocab;
 see ``FullTokenizer``.
 """
 import collections
+import functools
 import os
 import re
 import unicodedata
@@ -62,7 +64,7 @@ class VocabError(ValueError):
 # Small helpers kept from Google's API, used by the data preparation scripts.
 
 def convert_to_unicode(text):
-    """Returns ``text`` as ``str``; bytes are decoded as UTF-8, dropping invalid bytes (as Google)."""
+    """Returns ``text`` as ``str``; bytes are decoded as UTF-8 minus invalid bytes (as Google)."""
     if isinstance(text, str):
         return text
     if isinstance(text, bytes):
@@ -119,6 +121,7 @@ def validate_case_matches_checkpoint(do_lower_case, init_checkpoint):
 
 def _read_bytes(path):
     """Reads a local file, or a remote one (gs://...) through TensorFlow when needed."""
+    path = os.fspath(path)
     if "://" in path:
         import tensorflow as tf  # only for remote paths: TensorFlow is slow to import
         if not tf.io.gfile.exists(path):
@@ -142,6 +145,7 @@ def load_vocab(vocab_file, required_tokens=SPECIAL_TOKENS):
     a token listed twice (Google would silently keep the later id), or a missing
     ``required_tokens`` entry.
     """
+    vocab_file = os.fspath(vocab_file)
     data = _read_bytes(vocab_file)
     if not data.strip():
         raise VocabError(vocab_file, "vocab file is empty")
@@ -168,18 +172,21 @@ def load_vocab(vocab_file, required_tokens=SPECIAL_TOKENS):
 
 
 # ---------------------------------------------------------------------------
-# Google's character classes.
+# Google's character classes (memoized: the reference asks for every character).
 
+@functools.lru_cache(maxsize=1 << 16)
 def _is_whitespace(char):
     """Space, tab, newline, carriage return and Unicode space separators (Zs)."""
     return char in " \t\n\r" or unicodedata.category(char) == "Zs"
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _is_control(char):
     """Cc/Cf characters other than tab/newline/carriage return (those are whitespace)."""
     return char not in "\t\n\r" and unicodedata.category(char) in ("Cc", "Cf")
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _is_punctuation(char):
     """Unicode P* plus every ASCII symbol (``$``, ``^``, ``` ` ``` ... are not P* in Unicode)."""
     cp = ord(char)
@@ -188,6 +195,7 @@ def _is_punctuation(char):
     return unicodedata.category(char).startswith("P")
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _is_cjk(char):
     cp = ord(char)
     return any(lo <= cp <= hi for lo, hi in _CJK_RANGES)
@@ -284,13 +292,30 @@ class WordpieceTokenizer:
 
 
 # ---------------------------------------------------------------------------
-# Fast basic tokenization: the reference's steps on whole strings.
+# Fast path: the reference's steps on whole strings.
+
+def _to_ranges(code_points):
+    """Sorted code points -> [first, last] runs, to keep regex character classes short."""
+    ranges = []
+    for cp in code_points:
+        if ranges and ranges[-1][1] == cp - 1:
+            ranges[-1][1] = cp
+        else:
+            ranges.append([cp, cp])
+    return ranges
+
+
+def _char_class(ranges):
+    return "[%s]" % "".join(re.escape(chr(lo)) + (f"-{re.escape(chr(hi))}" if hi > lo else "")
+                            for lo, hi in ranges)
+
 
 class _CharTables:
-    """Translation tables and patterns for the fast path, built once from ``unicodedata``.
+    """Patterns and translation tables for the fast path, built once.
 
-    Built from the same predicates as the reference, over every code point, so both
-    paths share one definition of each character class.
+    They come from scanning every code point with the reference's own predicates, so
+    both paths share one definition of each character class (and Python's Unicode
+    version, like Google's code).
     """
     _instance = None
 
@@ -301,50 +326,46 @@ class _CharTables:
         return cls._instance
 
     def __init__(self):
-        clean, marks, punctuation = {}, {}, []
+        removed, marks, punctuation = [], {}, {}
         # Only these categories (and ASCII) can match a predicate below; testing the
         # category first keeps the scan of all 1.1M code points to a fraction of a second.
-        relevant = {"Cc", "Cf", "Zs", "Zl", "Zp", "Mn", "Pc", "Pd", "Ps", "Pe", "Pi", "Pf", "Po"}
+        relevant = {"Cc", "Cf", "Mn", "Pc", "Pd", "Ps", "Pe", "Pi", "Pf", "Po"}
         for cp in range(0x110000):
             char = chr(cp)
             category = unicodedata.category(char)
             if cp > 127 and category not in relevant and cp != 0xFFFD:
                 continue
             if cp == 0 or cp == 0xFFFD or _is_control(char):
-                clean[cp] = None
-            elif _is_whitespace(char) or char.isspace():
-                # Other str.isspace() characters (U+2028, U+2029) survive Google's
-                # cleaning but then separate words in its str.split(): a space too.
-                clean[cp] = " "
+                removed.append(cp)
             elif _is_punctuation(char):
-                punctuation.append(cp)
+                punctuation[cp] = f" {char} "
             if category == "Mn":
                 marks[cp] = None
-        self.clean = clean
-        self.marks = marks
-        self.punctuation = {cp: f" {chr(cp)} " for cp in punctuation}
+        self.removed = re.compile(_char_class(_to_ranges(removed)))
         # re.split with a capturing group keeps the separators; " ".join then puts
         # spaces around each of them without a Python call per match.
-        self.cjk = re.compile("([%s])" % "".join(
-            f"{re.escape(chr(lo))}-{re.escape(chr(hi))}" for lo, hi in _CJK_RANGES))
+        self.cjk = re.compile("(%s)" % _char_class(_CJK_RANGES))
+        self.marks = marks  # str.translate tables: delete marks, isolate punctuation
+        self.punctuation = punctuation
 
 
-def _basic_tokenize_fast(text, do_lower_case, tables):
-    """Same output as ``BasicTokenizer.tokenize`` (same steps in the same order).
+def _split_words(text, do_lower_case, tables):
+    """``BasicTokenizer.tokenize`` without its final punctuation split.
 
-    Lower-casing and NFD on the whole string equal Google's per-word ones: the only
-    context-dependent parts, final sigma and canonical reordering of marks, never
-    look across a space.
+    Same steps in the same order, on the whole string, with C-implemented str, re and
+    unicodedata operations. Whole-string lower() and NFD equal Google's per-word ones:
+    their only context-dependent parts (final sigma, reordering of combining marks)
+    never reach across whitespace. Whitespace is not turned into spaces first because
+    str.split() splits on all of it, exactly the characters Google ends up splitting on.
     """
-    text = convert_to_unicode(text).translate(tables.clean)
-    ascii_only = text.isascii()
-    if not ascii_only:
+    text = tables.removed.sub("", convert_to_unicode(text))
+    if not text.isascii():
         text = " ".join(tables.cjk.split(text))
     if do_lower_case:
         text = text.lower()
-        if not ascii_only:
+        if not text.isascii():
             text = unicodedata.normalize("NFD", text).translate(tables.marks)
-    return text.translate(tables.punctuation).split()
+    return text.split()
 
 
 # ---------------------------------------------------------------------------
@@ -356,14 +377,18 @@ class FullTokenizer:
     if it ends with ``.model``. No special tokens are ever added or recognised in text;
     callers insert ``[CLS]``/``[SEP]``/``[MASK]`` ids themselves.
 
-    SentencePiece models must contain the pieces ``[CLS]``, ``[SEP]`` and ``[MASK]``
-    (train with ``user_defined_symbols=["[CLS]", "[SEP]", "[MASK]"]``, which also
-    makes those literal strings atomic in text, unlike the WordPiece path). The unknown
-    token is the model's unk piece (``<unk>`` by default, or ``[UNK]``); the padding
-    token is ``[PAD]`` or ``<pad>`` when present. With ``do_lower_case`` the text is
-    lower-cased before SentencePiece (as ALBERT does); the model must have been
-    trained that way.
+    SentencePiece models must contain the pieces ``[CLS]``, ``[SEP]`` and ``[MASK]``,
+    as ``control_symbols`` (never matched in text, like the WordPiece path) or
+    ``user_defined_symbols`` (SentencePiece then matches them in text as written). The
+    unknown token is the model's unk piece (``<unk>`` by default, or ``[UNK]``); the
+    padding token is ``[PAD]`` or ``<pad>`` when present, else id 0. With
+    ``do_lower_case`` the text is lower-cased before SentencePiece (as ALBERT does), so
+    the model must have been trained on lower-cased text, and a literal "[CLS]" becomes
+    plain "[cls]".
     """
+
+    # Distinct words remembered with their WordPiece ids (about 40 MB when full).
+    word_cache_size = 200_000
 
     def __init__(self, vocab_file, do_lower_case=True):
         self.vocab_file = os.fspath(vocab_file)
@@ -385,7 +410,9 @@ class FullTokenizer:
             self.wordpiece_tokenizer = WordpieceTokenizer(self.vocab, self.unk_token)
             self._tables = _CharTables.get()
             self._rust = _rust_wordpiece(self.vocab, self.unk_token)
+            self._word_cache = {}
         self.inv_vocab = {i: t for t, i in self.vocab.items()}
+        self._id_to_token = [self.inv_vocab[i] for i in range(len(self.vocab))]
         self.unk_id = self.vocab[self.unk_token]
         self.cls_id = self.vocab["[CLS]"]
         self.sep_id = self.vocab["[SEP]"]
@@ -405,13 +432,16 @@ class FullTokenizer:
         """Tokenizes many texts at once; the fast path for data preparation."""
         if self.is_sentencepiece:
             return self._sp.encode(self._sp_inputs(texts), out_type=str)
-        return [encoding.tokens for encoding in self._encode_words(texts, want_tokens=True)]
+        word_lists, word_ids = self._words_and_ids(texts)
+        token = self._id_to_token
+        return [[token[i] for word in words for i in word_ids[word]] for words in word_lists]
 
     def encode_batch(self, texts):
         """Token ids of many texts, without special tokens."""
         if self.is_sentencepiece:
             return self._sp.encode(self._sp_inputs(texts), out_type=int)
-        return [encoding.ids for encoding in self._encode_words(texts, want_tokens=False)]
+        word_lists, word_ids = self._words_and_ids(texts)
+        return [[i for word in words for i in word_ids[word]] for words in word_lists]
 
     def tokenize_reference(self, text):
         """The pure-Python reference (slow); ``tokenize`` must always agree with it."""
@@ -424,15 +454,33 @@ class FullTokenizer:
         texts = [convert_to_unicode(t) for t in texts]
         return [t.lower() for t in texts] if self.do_lower_case else texts
 
-    def _encode_words(self, texts, want_tokens):
-        words = [_basic_tokenize_fast(t, self.do_lower_case, self._tables) for t in texts]
-        if self._rust is None:  # `tokenizers` not installed: reference WordPiece
-            return [_Encoding(self, [p for w in ws for p in self.wordpiece_tokenizer.tokenize_word(w)])
-                    for ws in words]
-        encode = self._rust.encode_batch
-        if not want_tokens:  # encode_batch_fast (tokenizers >= 0.21) skips tokens and offsets
-            encode = getattr(self._rust, "encode_batch_fast", encode)
-        return encode(words, is_pretokenized=True, add_special_tokens=False)
+    def _words_and_ids(self, texts):
+        """Splits texts into words; returns them and a table word -> WordPiece ids.
+
+        There are far fewer distinct words than words, so each distinct word is split on
+        punctuation and run through WordPiece (in Rust) once, then remembered.
+        """
+        word_lists = [_split_words(t, self.do_lower_case, self._tables) for t in texts]
+        table = self._word_cache
+        new = {word for words in word_lists for word in words if word not in table}
+        if len(table) + len(new) > self.word_cache_size:
+            # Start afresh; a new dict (not clear()) leaves a concurrent caller's intact.
+            table = self._word_cache = {}
+            new = {word for words in word_lists for word in words}
+        if new:
+            new = list(new)
+            punctuation = self._tables.punctuation
+            table.update(zip(new, self._wordpiece_ids([w.translate(punctuation) for w in new])))
+        return word_lists, table
+
+    def _wordpiece_ids(self, words):
+        """WordPiece ids of each word, given with spaces around its punctuation."""
+        if self._rust is None:  # `tokenizers` not installed: the reference WordPiece
+            wordpiece = self.wordpiece_tokenizer.tokenize
+            return [self.convert_tokens_to_ids(wordpiece(w)) for w in words]
+        # encode_batch_fast (tokenizers >= 0.21) skips computing offsets.
+        encode = getattr(self._rust, "encode_batch_fast", self._rust.encode_batch)
+        return [e.ids for e in encode(words, add_special_tokens=False)]
 
     # -- tokens and ids -----------------------------------------------------
     def convert_tokens_to_ids(self, tokens):
@@ -458,28 +506,26 @@ class FullTokenizer:
                 or (len(t) == 1 and _is_punctuation(t)) for t in tokens]
 
 
-class _Encoding:
-    """Tokens and ids, shaped like a ``tokenizers.Encoding``, for the no-Rust fallback."""
-
-    def __init__(self, tokenizer, tokens):
-        self.tokens = tokens
-        self.ids = tokenizer.convert_tokens_to_ids(tokens)
-
-
 def _rust_wordpiece(vocab, unk_token):
-    """A ``tokenizers.Tokenizer`` doing WordPiece only, on words already split by us.
+    """A ``tokenizers.Tokenizer`` doing WordPiece on text that we normalized and split.
 
-    No normalizer, no pre-tokenizer and no added special tokens: text splitting is ours
-    (see the module docstring), and added tokens would make literal "[CLS]" atomic.
+    Its input has spaces around every word and punctuation character, so splitting on
+    whitespace is all that is left; no normalizer, and no added special tokens (they
+    would make literal "[CLS]" atomic).
     """
     try:
         from tokenizers import Tokenizer
         from tokenizers.models import WordPiece
+        from tokenizers.pre_tokenizers import WhitespaceSplit
     except ImportError:
         return None
-    return Tokenizer(WordPiece(dict(vocab), unk_token=unk_token,
-                               continuing_subword_prefix=CONTINUATION_PREFIX,
-                               max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD))
+    tokenizer = Tokenizer(WordPiece(dict(vocab), unk_token=unk_token,
+                                    continuing_subword_prefix=CONTINUATION_PREFIX,
+                                    max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD))
+    # Rust's whitespace (Unicode White_Space) is a subset of Python's str.isspace(), and
+    # the words it gets contain no str.isspace() character: the split is exact.
+    tokenizer.pre_tokenizer = WhitespaceSplit()
+    return tokenizer
 
 
 def _load_sentencepiece(path):

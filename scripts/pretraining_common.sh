@@ -1,0 +1,93 @@
+# Sourced by the run_pretraining_lamb*.sh scripts: NVIDIA's 15 positional arguments with
+# their defaults, the precision and launcher choices, and the data/output locations
+# (environment variables with defaults).
+
+train_batch_size_phase1=${1:-64}
+train_batch_size_phase2=${2:-8}
+eval_batch_size=${3:-8}
+learning_rate_phase1=${4:-"7.5e-4"}
+learning_rate_phase2=${5:-"5e-4"}
+precision=${6:-"fp16"}
+use_xla=${7:-"true"}
+num_gpus=${8:-8}
+warmup_steps_phase1=${9:-"2000"}
+warmup_steps_phase2=${10:-"200"}
+train_steps=${11:-7820}
+save_checkpoints_steps=${12:-5000}
+num_accumulation_steps_phase1=${13:-128}
+num_accumulation_steps_phase2=${14:-512}
+bert_model=${15:-"large"}
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PYTHON="${PYTHON:-$( [ -x "$ROOT/.venv/bin/python" ] && echo "$ROOT/.venv/bin/python" || echo python3 )}"
+
+# Phase 1 takes 90% of the optimizer steps (sequence length 128), phase 2 the rest (512).
+train_steps_phase1=$(( train_steps * 9 / 10 ))
+train_steps_phase2=$(( train_steps - train_steps_phase1 ))
+
+# Where things are. BERT_PREP_WORKING_DIR is bertPrep.py's working directory.
+DATA_DIR=${DATA_DIR:-${BERT_PREP_WORKING_DIR:-$ROOT/data}}
+TFRECORD_PREFIX=${TFRECORD_PREFIX:-tfrecord_lower_case_1}
+DATASET=${DATASET:-books_wiki_en_corpus}
+phase_data() {  # phase_data SEQ_LEN MAX_PRED SPLIT -> the records directory of that phase
+  local dir
+  dir=$(ls -d "$DATA_DIR"/${TFRECORD_PREFIX}_seq_len_$1_max_pred_$2_*/"$DATASET" 2>/dev/null | head -n 1)
+  echo "${dir:-$DATA_DIR/${TFRECORD_PREFIX}_seq_len_$1_max_pred_$2/$DATASET}/$3"
+}
+TRAIN_DATA_PHASE1=${TRAIN_DATA_PHASE1:-$(phase_data 128 20 training)}
+EVAL_DATA_PHASE1=${EVAL_DATA_PHASE1:-$(phase_data 128 20 test)}
+TRAIN_DATA_PHASE2=${TRAIN_DATA_PHASE2:-$(phase_data 512 80 training)}
+EVAL_DATA_PHASE2=${EVAL_DATA_PHASE2:-$(phase_data 512 80 test)}
+BERT_CONFIG=${BERT_CONFIG:-$ROOT/modeling/configs/bert_${bert_model}_config.json}
+RESULTS_DIR=${RESULTS_DIR:-$ROOT/results/bert_${bert_model}_pretraining_lamb_${precision}}
+DLLOG_DIR=${DLLOG_DIR:-$RESULTS_DIR}
+
+case "$precision" in
+  fp16) PREC_FLAGS="--amp --amp_dtype=float16" ;;
+  bf16) PREC_FLAGS="--amp --amp_dtype=bfloat16" ;;
+  fp32) PREC_FLAGS=""; export NVIDIA_TF32_OVERRIDE=0 ;;  # true float32: no TF32 matmuls
+  tf32) PREC_FLAGS="" ;;                                # float32 with TF32 Tensor Cores
+  *) echo "unknown precision '$precision': use fp16, bf16, fp32 or tf32" >&2; exit 2 ;;
+esac
+case "$use_xla" in
+  true) XLA_FLAGS_ARG="--use_xla" ;;
+  false) XLA_FLAGS_ARG="" ;;
+  *) echo "use_xla must be true or false, got '$use_xla'" >&2; exit 2 ;;
+esac
+
+# One process per GPU under Horovod (Gloo/NCCL); a single process otherwise.
+launch() {
+  if [ "$num_gpus" -gt 1 ]; then
+    if command -v horovodrun >/dev/null 2>&1 || [ -x "$(dirname "$PYTHON")/horovodrun" ]; then
+      local hvd; hvd=$(command -v horovodrun || echo "$(dirname "$PYTHON")/horovodrun")
+      "$hvd" -np "$num_gpus" -H "localhost:$num_gpus" ${HOROVOD_LAUNCH_FLAGS:---gloo} \
+        "$PYTHON" "$@" --horovod
+    elif command -v mpirun >/dev/null 2>&1; then
+      mpirun -np "$num_gpus" --allow-run-as-root -bind-to none -map-by slot \
+        -x NCCL_DEBUG -x LD_LIBRARY_PATH -x PATH "$PYTHON" "$@" --horovod
+    else
+      echo "num_gpus=$num_gpus needs horovodrun or mpirun on the PATH" >&2; exit 1
+    fi
+  else
+    "$PYTHON" "$@"
+  fi
+}
+
+# run_phase PHASE SEQ MAX_PRED BATCH LR WARMUP STEPS ACCUM TRAIN_DIR EVAL_DIR [extra flags...]
+run_phase() {
+  local phase=$1 seq=$2 pred=$3 batch=$4 lr=$5 warmup=$6 steps=$7 accum=$8 train=$9 evaldir=${10}
+  shift 10
+  local out="$RESULTS_DIR/phase_$phase"
+  mkdir -p "$out"
+  echo "== phase $phase: seq $seq, batch $batch x $accum accumulation x $num_gpus ranks," \
+       "lr $lr, $steps steps ($warmup warm-up), $precision, xla $use_xla -> $out"
+  launch "$ROOT/run_pretraining.py" \
+    --bert_config_file="$BERT_CONFIG" --input_files_dir="$train" --eval_files_dir="$evaldir" \
+    --output_dir="$out" --do_train --do_eval --optimizer_type=lamb \
+    --max_seq_length="$seq" --max_predictions_per_seq="$pred" \
+    --train_batch_size="$batch" --eval_batch_size="$eval_batch_size" \
+    --learning_rate="$lr" --num_warmup_steps="$warmup" --num_train_steps="$steps" \
+    --num_accumulation_steps="$accum" --allreduce_post_accumulation \
+    --save_checkpoints_steps="$save_checkpoints_steps" --display_loss_steps="${DISPLAY_LOSS_STEPS:-10}" \
+    --dllog_path="$DLLOG_DIR/phase_${phase}_dllog.jsonl" $PREC_FLAGS $XLA_FLAGS_ARG "$@"
+}
