@@ -15,7 +15,7 @@ setup(
                 "with XLA, mixed precision, LAMB and Horovod.",
     python_requires=">=3.10,<3.12",
     packages=["modeling", "optimization", "data_prep", "finetuning", "pipeline", "pretraining", "training"],
-    py_modules=["create_pretraining_data", "extract_features", "demo", "run_pretraining"],
+    py_modules=["bertPrep", "create_pretraining_data", "extract_features", "demo", "run_pretraining"],
     package_data={"modeling": ["configs/*.json"]},
     install_requires=[
         "tensorflow-estimator==2.15.0",
@@ -29,6 +29,7 @@ setup(
         "tqdm>=4.60",
         "wikiextractor==3.1.0",
         "google-crc32c>=1.5",
+        "blingfire==0.1.8",
     ],
     extras_require={
         "cpu": [f"tensorflow-cpu=={TF_VERSION}"],

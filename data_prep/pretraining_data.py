@@ -102,6 +102,10 @@ class DataPrepError(Exception):
         self.path = path
         self.problem = problem
 
+    def __reduce__(self):
+        # Rebuilt from both arguments when sent back from a worker process.
+        return type(self), (self.path, self.problem)
+
 
 @dataclasses.dataclass(frozen=True)
 class PretrainingOptions:

@@ -1,0 +1,418 @@
+"""Fetching the public datasets and checkpoints BERT pre-training and fine-tuning start from.
+
+Why this is more than ``urllib.request.urlretrieve``: the English Wikipedia dump is ~20 GB and
+takes hours, so an interrupted transfer must not start over (the partial file is kept as
+``<name>.part`` and resumed with an HTTP ``Range`` request), flaky connections and overloaded
+mirrors (5xx, 429) are retried with exponential backoff, a file is only ever visible under its
+final name once it is complete (and matches its sha256 when one is known), and archives from
+the network are never trusted to stay inside the folder they are extracted into.
+
+Everything the project downloads is in one table, ``DATASETS``.  A ``--url`` (http(s), a
+``file://`` URL or a plain local path, e.g. a dump fetched by hand) replaces the table's URL
+for single-file datasets; BookCorpus has no official public URL any more and needs one.
+
+Errors are ``DownloadError`` (a ``DataPrepError``): one line ``<file or url>: <problem>``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import http.client
+import os
+import shutil
+import stat
+import tarfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import zipfile
+from typing import Callable, Dict, List, Optional, Sequence
+
+from data_prep.pretraining_data import DataPrepError
+
+CHUNK = 1 << 20
+USER_AGENT = "bert-tf-bertPrep/0.1 (+urllib)"
+# Status codes worth retrying: the server (or a proxy before it) is overloaded or restarting.
+RETRY_STATUS = {408, 429, 500, 502, 503, 504}
+ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz")
+
+
+class DownloadError(DataPrepError):
+    """A download or extraction that cannot succeed; ``str()`` is ``<file or url>: <problem>``."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Resource:
+    """One file of a dataset: where it comes from and where it goes under ``download/``.
+
+    ``dest`` is relative to the working dir's ``download/`` folder.  ``extract``: unpack the
+    archive into the folder holding it (safely, see ``extract_archive``).
+    """
+    url: str
+    dest: str
+    sha256: Optional[str] = None
+    extract: bool = False
+
+
+_GOOGLE = "https://storage.googleapis.com/bert_models"
+_SQUAD = "https://rajpurkar.github.io/SQuAD-explorer/dataset"
+_GLUE = "https://dl.fbaipublicfiles.com/glue/data"
+_SENTEVAL = "https://dl.fbaipublicfiles.com/senteval/senteval_data"
+
+
+def _google(release: str, name: str) -> Resource:
+    return Resource(f"{_GOOGLE}/{release}/{name}.zip",
+                    f"google_pretrained_weights/{name}.zip", extract=True)
+
+
+def _glue(archive: str) -> List[Resource]:
+    return [Resource(f"{_GLUE}/{archive}", f"glue/{archive}", extract=True)]
+
+
+# The one table of everything downloadable.  No sha256 is published for these files (the
+# providers replace "latest" dumps twice a month), so none is pinned; pass --sha256 to check one.
+DATASETS: Dict[str, List[Resource]] = {
+    "wikicorpus_en": [Resource(
+        "https://dumps.wikimedia.org/enwiki/latest/enwiki-latest-pages-articles.xml.bz2",
+        "wikicorpus_en/enwiki-latest-pages-articles.xml.bz2")],
+    "wikicorpus_zh": [Resource(
+        "https://dumps.wikimedia.org/zhwiki/latest/zhwiki-latest-pages-articles.xml.bz2",
+        "wikicorpus_zh/zhwiki-latest-pages-articles.xml.bz2")],
+    # BookCorpus is no longer distributed by its authors: there is no URL to put here.
+    "bookscorpus": [],
+    "google_pretrained_weights": [
+        _google("2018_10_18", "uncased_L-12_H-768_A-12"),
+        _google("2018_10_18", "uncased_L-24_H-1024_A-16"),
+        _google("2018_10_18", "cased_L-12_H-768_A-12"),
+        _google("2018_10_18", "cased_L-24_H-1024_A-16"),
+        _google("2018_11_03", "multilingual_L-12_H-768_A-12"),
+        _google("2018_11_23", "multi_cased_L-12_H-768_A-12"),
+        _google("2018_11_03", "chinese_L-12_H-768_A-12"),
+        _google("2019_05_30", "wwm_uncased_L-24_H-1024_A-16"),
+        _google("2019_05_30", "wwm_cased_L-24_H-1024_A-16"),
+    ],
+    "squad": [
+        Resource(f"{_SQUAD}/train-v1.1.json", "squad/v1.1/train-v1.1.json"),
+        Resource(f"{_SQUAD}/dev-v1.1.json", "squad/v1.1/dev-v1.1.json"),
+        Resource(f"{_SQUAD}/train-v2.0.json", "squad/v2.0/train-v2.0.json"),
+        Resource(f"{_SQUAD}/dev-v2.0.json", "squad/v2.0/dev-v2.0.json"),
+    ],
+    "CoLA": _glue("CoLA.zip"),
+    "SST-2": _glue("SST-2.zip"),
+    "STS-B": _glue("STS-B.zip"),
+    "QQP": _glue("QQP-clean.zip"),
+    "MNLI": _glue("MNLI.zip"),
+    "QNLI": _glue("QNLIv2.zip"),
+    "RTE": _glue("RTE.zip"),
+    "WNLI": _glue("WNLI.zip"),
+    # GLUE cannot host MRPC; its own download script takes SentEval's copy and GLUE's dev ids
+    # (``text_formatting.format_mrpc`` turns them into train/dev/test.tsv).
+    "MRPC": [
+        Resource(f"{_SENTEVAL}/msr_paraphrase_train.txt", "glue/MRPC/msr_paraphrase_train.txt"),
+        Resource(f"{_SENTEVAL}/msr_paraphrase_test.txt", "glue/MRPC/msr_paraphrase_test.txt"),
+        Resource(f"{_GLUE}/mrpc_dev_ids.tsv", "glue/MRPC/mrpc_dev_ids.tsv"),
+    ],
+}
+GLUE_TASKS = ("CoLA", "MRPC", "SST-2", "STS-B", "QQP", "MNLI", "QNLI", "RTE", "WNLI")
+
+
+def is_archive(path: str) -> bool:
+    return path.lower().endswith(ARCHIVE_SUFFIXES)
+
+
+def _is_remote(url: str) -> bool:
+    return urllib.parse.urlsplit(url).scheme.lower() in ("http", "https")
+
+
+def _local_path(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme.lower() == "file":
+        return urllib.request.url2pathname(parts.path)
+    return os.path.expanduser(url)
+
+
+def basename_of(url: str) -> str:
+    """The file name a URL or path points at (``download`` for a bare host)."""
+    if _is_remote(url) or url.lower().startswith("file:"):
+        name = os.path.basename(urllib.parse.unquote(urllib.parse.urlsplit(url).path))
+    else:
+        name = os.path.basename(os.path.normpath(_local_path(url)))
+    return name or "download"
+
+
+def sha256_of(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(CHUNK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _progress(total: Optional[int], initial: int, desc: str, enabled: Optional[bool]):
+    from tqdm import tqdm
+    # enabled=None: tqdm shows the bar only on a terminal (keeps logs of batch jobs clean).
+    return tqdm(total=total, initial=initial, desc=desc, unit="B", unit_scale=True,
+                unit_divisor=1024, disable=None if enabled is None else not enabled,
+                leave=False)
+
+
+class _Retryable(Exception):
+    """A failure worth another attempt (connection trouble, 5xx, short transfer)."""
+
+
+def _check_sha256(path: str, expected: Optional[str], source: str) -> None:
+    if not expected:
+        return
+    got = sha256_of(path)
+    if got.lower() != expected.lower():
+        raise DownloadError(source, f"sha256 mismatch: expected {expected.lower()}, got {got} "
+                                    f"(the download was deleted)")
+
+
+def _http_attempt(url: str, part: str, timeout: float, progress: Optional[bool],
+                  desc: str) -> None:
+    """One request: appends to ``part`` from its current size; raises ``_Retryable``."""
+    have = os.path.getsize(part) if os.path.exists(part) else 0
+    headers = {"User-Agent": USER_AGENT}
+    if have:
+        headers["Range"] = f"bytes={have}-"
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        response = urllib.request.urlopen(request, timeout=timeout)
+    except urllib.error.HTTPError as e:
+        if e.code == 416 and have:
+            # Our part may already hold the whole file ("bytes */<total>").
+            total = (e.headers.get("Content-Range") or "").rpartition("/")[2]
+            e.close()
+            if total.isdigit() and int(total) == have:
+                return
+            os.remove(part)  # stale partial file from another version of the resource
+            raise _Retryable(f"HTTP 416 for a resume at byte {have}; restarting") from None
+        e.close()
+        if e.code in RETRY_STATUS:
+            raise _Retryable(f"HTTP {e.code} {e.reason}") from None
+        raise DownloadError(url, f"HTTP {e.code} {e.reason}") from None
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
+        reason = getattr(e, "reason", e)
+        raise _Retryable(f"cannot connect: {reason}") from None
+    with response:
+        status = response.status
+        if have and status == 200:  # the server ignored our Range: start again
+            have = 0
+        elif status == 206:
+            start = (response.headers.get("Content-Range") or "").split(" ")[-1].split("-")[0]
+            if start != str(have):
+                os.remove(part)
+                raise _Retryable(f"unexpected Content-Range {response.headers.get('Content-Range')!r}")
+        length = response.headers.get("Content-Length")
+        expected = int(length) if length and length.isdigit() else None
+        total = have + expected if expected is not None else None
+        received = 0
+        with open(part, "ab" if have else "wb") as out, \
+                _progress(total, have, desc, progress) as bar:
+            try:
+                while True:
+                    block = response.read(CHUNK)
+                    if not block:
+                        break
+                    out.write(block)
+                    received += len(block)
+                    bar.update(len(block))
+            except (OSError, http.client.HTTPException) as e:
+                raise _Retryable(f"transfer interrupted after {have + received} bytes: "
+                                 f"{type(e).__name__}") from None
+        if expected is not None and received < expected:
+            raise _Retryable(f"transfer cut after {have + received} of {total} bytes")
+
+
+def fetch(url: str, dest: str, sha256: Optional[str] = None, retries: int = 5,
+          backoff: float = 1.0, timeout: float = 60.0, progress: Optional[bool] = None,
+          log: Callable[[str], None] = print) -> str:
+    """Fetches ``url`` (http(s), ``file://`` or a local path) to ``dest``; returns ``dest``.
+
+    An existing ``dest`` is complete by construction (it is only ever created by renaming a
+    finished, verified ``dest.part``) and is kept.  ``retries`` counts consecutive failed
+    attempts: an attempt that made progress resets it, so a long download over a flaky link
+    still finishes.  Waits ``backoff * 2**k`` seconds (at most 60) after the k-th failure.
+    """
+    if os.path.exists(dest):
+        _check_sha256(dest, sha256, dest)
+        log(f"{dest}: already downloaded")
+        return dest
+    folder = os.path.dirname(os.path.abspath(dest))
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise DownloadError(folder, f"cannot create folder: {e.strerror or e}") from None
+    part = dest + ".part"
+    desc = os.path.basename(dest)
+    if not _is_remote(url):
+        _copy_local(_local_path(url), dest, part, progress)
+    else:
+        failures = 0
+        while True:
+            before = os.path.getsize(part) if os.path.exists(part) else 0
+            try:
+                _http_attempt(url, part, timeout, progress, desc)
+                break
+            except _Retryable as e:
+                after = os.path.getsize(part) if os.path.exists(part) else 0
+                failures = 1 if after > before else failures + 1
+                if failures > retries:
+                    resume = f"; rerun to resume from {part}" if after else ""
+                    raise DownloadError(url, f"{e} (gave up after {retries} retries{resume})") \
+                        from None
+                delay = min(60.0, backoff * 2 ** (failures - 1))
+                log(f"{url}: {e}; retrying in {delay:.1f} s")
+                time.sleep(delay)
+            except OSError as e:  # writing the part file
+                raise DownloadError(part, f"cannot write: {e.strerror or e}") from None
+    try:
+        _check_sha256(part, sha256, url)
+    except DownloadError:
+        os.remove(part)
+        raise
+    os.replace(part, dest)
+    log(f"{dest}: downloaded ({os.path.getsize(dest)} bytes)")
+    return dest
+
+
+def _copy_local(source: str, dest: str, part: str, progress: Optional[bool]) -> None:
+    """Copies a hand-fetched file (or a folder of files) into the working dir atomically."""
+    if not os.path.exists(source):
+        raise DownloadError(source, "no such file or folder")
+    try:
+        if os.path.isdir(source):
+            if os.path.exists(part):
+                shutil.rmtree(part)
+            shutil.copytree(source, part, symlinks=False)
+        else:
+            with open(source, "rb") as src, open(part, "wb") as out, \
+                    _progress(os.path.getsize(source), 0, os.path.basename(dest), progress) as bar:
+                for block in iter(lambda: src.read(CHUNK), b""):
+                    out.write(block)
+                    bar.update(len(block))
+    except OSError as e:
+        raise DownloadError(e.filename or source, f"cannot copy: {e.strerror or e}") from None
+
+
+# --------------------------------------------------------------------------- archives
+
+def _escapes(target: str, root: str) -> bool:
+    root = os.path.realpath(root)
+    full = os.path.realpath(os.path.join(root, target))
+    return os.path.commonpath([root, full]) != root
+
+
+def _check_member_name(archive: str, name: str) -> None:
+    normalized = name.replace("\\", "/")
+    if normalized.startswith("/") or (len(normalized) > 1 and normalized[1] == ":"):
+        raise DownloadError(archive, f"unsafe entry {name!r}: absolute path; nothing extracted")
+    if ".." in normalized.split("/"):
+        raise DownloadError(archive, f"unsafe entry {name!r}: leaves the target folder "
+                                     f"through '..'; nothing extracted")
+
+
+def check_archive(archive: str, root: str) -> None:
+    """Refuses (``DownloadError``) an archive with any entry that could land outside ``root``.
+
+    Checked before anything is written: absolute names, ``..`` components, symbolic links
+    whose target resolves outside ``root`` (relative to the link's own folder), hard links to
+    a path outside ``root``, and device/FIFO entries (nothing in a dataset needs them).
+    """
+    if zipfile.is_zipfile(archive):
+        with zipfile.ZipFile(archive) as z:
+            for info in z.infolist():
+                _check_member_name(archive, info.filename)
+                mode = info.external_attr >> 16
+                if stat.S_ISLNK(mode):
+                    target = z.read(info).decode("utf-8", "replace")
+                    link_dir = os.path.dirname(info.filename)
+                    if os.path.isabs(target) or _escapes(os.path.join(link_dir, target), root):
+                        raise DownloadError(archive, f"unsafe entry {info.filename!r}: symlink "
+                                                     f"to {target!r} outside the target folder")
+        return
+    try:
+        with tarfile.open(archive) as t:
+            for member in t:
+                _check_member_name(archive, member.name)
+                if member.issym():
+                    link_dir = os.path.dirname(member.name)
+                    if os.path.isabs(member.linkname) or \
+                            _escapes(os.path.join(link_dir, member.linkname), root):
+                        raise DownloadError(archive, f"unsafe entry {member.name!r}: symlink to "
+                                                     f"{member.linkname!r} outside the target folder")
+                elif member.islnk():
+                    if os.path.isabs(member.linkname) or _escapes(member.linkname, root):
+                        raise DownloadError(archive, f"unsafe entry {member.name!r}: hard link "
+                                                     f"to {member.linkname!r} outside the target "
+                                                     f"folder")
+                elif not (member.isfile() or member.isdir()):
+                    raise DownloadError(archive, f"unsafe entry {member.name!r}: device or FIFO")
+    except tarfile.TarError as e:
+        raise DownloadError(archive, f"not a readable zip or tar archive: {e}") from None
+
+
+def extract_archive(archive: str, target: str) -> List[str]:
+    """Safely unpacks ``archive`` into ``target``; returns the top-level names it created.
+
+    Unpacks into a temporary folder inside ``target`` first and then moves each top-level entry
+    into place, so an interrupted extraction never leaves a half-written entry under its final
+    name (an existing entry of the same name is replaced).
+    """
+    os.makedirs(target, exist_ok=True)
+    check_archive(archive, target)
+    staging = os.path.join(target, f".extracting-{os.getpid()}")
+    if os.path.exists(staging):
+        shutil.rmtree(staging)
+    os.makedirs(staging)
+    try:
+        if zipfile.is_zipfile(archive):
+            with zipfile.ZipFile(archive) as z:
+                z.extractall(staging)
+        else:
+            with tarfile.open(archive) as t:
+                # Checked above; the "data" filter (Python >= 3.11.4) is a second line of defence.
+                if hasattr(tarfile, "data_filter"):
+                    t.extractall(staging, filter="data")
+                else:  # pragma: no cover - older Pythons
+                    t.extractall(staging)
+        names = sorted(os.listdir(staging))
+        for name in names:
+            final = os.path.join(target, name)
+            if os.path.isdir(final) and not os.path.islink(final):
+                shutil.rmtree(final)
+            os.replace(os.path.join(staging, name), final)
+    except (OSError, zipfile.BadZipFile, tarfile.TarError) as e:
+        raise DownloadError(archive, f"cannot extract: {getattr(e, 'strerror', None) or e}") \
+            from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return names
+
+
+def download_resources(resources: Sequence[Resource], download_dir: str,
+                       retries: int = 5, backoff: float = 1.0, timeout: float = 60.0,
+                       progress: Optional[bool] = None,
+                       log: Callable[[str], None] = print) -> List[str]:
+    """Fetches (and unpacks) every resource under ``download_dir``; returns the final paths.
+
+    An archive is unpacked once: a ``.<name>.extracted`` marker next to it records success,
+    so a rerun after an interruption fetches and unpacks only what is missing.
+    """
+    paths = []
+    for res in resources:
+        dest = os.path.join(download_dir, res.dest)
+        fetch(res.url, dest, res.sha256, retries=retries, backoff=backoff, timeout=timeout,
+              progress=progress, log=log)
+        if res.extract and os.path.isfile(dest):
+            folder = os.path.dirname(dest)
+            marker = os.path.join(folder, f".{os.path.basename(dest)}.extracted")
+            if not os.path.exists(marker):
+                names = extract_archive(dest, folder)
+                with open(marker, "w", encoding="utf-8") as f:
+                    f.write("\n".join(names) + "\n")
+                log(f"{dest}: extracted {', '.join(names)}")
+        paths.append(dest)
+    return paths

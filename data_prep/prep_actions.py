@@ -1,0 +1,470 @@
+"""The actions of ``bertPrep.py`` and the working-dir layout that chains them.
+
+Each action reads what the previous one wrote, found by name under the working dir
+(``--working_dir``, else the environment variable ``BERT_PREP_WORKING_DIR``)::
+
+    download/<dataset>/                              raw downloads (GLUE tasks: download/glue/<task>/)
+    formatted_one_article_per_line/<dataset>.txt     one document per line
+    vocab/<dataset>_lower_case_<0|1>_vocab.txt       a WordPiece vocab trained by create_vocab
+    sharded_training_shards_<N>_test_shards_<M>_fraction_<F>/<dataset>/
+        <dataset>_training_<i>.txt, <dataset>_test_<i>.txt    one sentence a line, blank line
+                                                              between documents
+    tfrecord_lower_case_<0|1>_seq_len_<S>_max_pred_<P>_masked_lm_prob_<p>_random_seed_<R>_dupe_factor_<D>[_wwm]/<dataset>/
+        <dataset>_training_<i>.tfrecord, <dataset>_test_<i>.tfrecord
+
+Folder names carry the options that change their content, so runs with different options
+never mix and each later action finds its input from the same flags.  Not in the names: the
+sentence splitter and ``--sharding_seed`` (rerunning ``sharding`` with others replaces the
+shards), and the vocabulary (use a new working dir for a new vocab).  Downloads keep their
+file name (the URL's, with ``--url``); archives are unpacked next to themselves, once (a
+``.<archive>.extracted`` marker records it).  ``books_wiki_en_corpus`` is formatted as its two
+parts (``wikicorpus_en.txt`` and ``bookscorpus.txt``) and sharded as their union, as in
+NVIDIA's recipe.  ``custom`` takes its text from ``--input``.
+
+Every file appears under its final name only when complete (temporary name, then rename; the
+shards of one ``sharding`` run are renamed together), so "exists" means "done": ``download``
+and ``create_tfrecord_files`` skip what exists, and a rerun after an interruption redoes only
+the unfinished part.  Temporaries of killed runs (``*.tmp-<pid>`` of a dead pid) are deleted.
+
+``create_tfrecord_files`` runs ``data_prep.pretraining_data.create_pretraining_tfrecords`` once
+per shard (in ``--n_processes`` worker processes), each shard seeded with
+``derive_shard_seed(random_seed, shard file name)``: the records do not depend on the number
+of processes nor on which shards were already done.  A failing shard does not stop the others;
+all failures are reported at the end and the exit status is non-zero.
+
+Errors are ``DataPrepError``; ``run_cli`` prints them as one line ``error: <file>: <problem>``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import sys
+import time
+from typing import Callable, List, Optional, Sequence, Tuple
+
+from data_prep.pretraining_data import DataPrepError
+
+ACTIONS = ("download", "text_formatting", "sharding", "create_tfrecord_files", "create_vocab")
+CORPORA = ("wikicorpus_en", "wikicorpus_zh", "bookscorpus", "books_wiki_en_corpus", "custom")
+WORKING_DIR_ENV = "BERT_PREP_WORKING_DIR"
+
+
+def _download_datasets() -> Tuple[str, ...]:
+    from data_prep.download import DATASETS
+    return tuple(DATASETS)
+
+
+def all_datasets() -> Tuple[str, ...]:
+    return tuple(dict.fromkeys(CORPORA + _download_datasets()))
+
+
+@dataclasses.dataclass
+class PrepOptions:
+    """All flags of ``bertPrep.py`` (NVIDIA's names and defaults)."""
+    action: str = ""
+    dataset: str = ""
+    working_dir: Optional[str] = None
+    url: Optional[str] = None
+    sha256: Optional[str] = None
+    input: Sequence[str] = ()
+    custom_document_unit: str = "block"
+    wiki_expand_templates: bool = True
+    n_training_shards: int = 256
+    n_test_shards: int = 256
+    fraction_test_set: float = 0.1
+    sentence_splitter: str = "auto"
+    sharding_seed: int = 12345
+    n_processes: int = 4
+    vocab_file: Optional[str] = None
+    vocab_size: int = 30522
+    do_lower_case: bool = True
+    max_seq_length: int = 512
+    max_predictions_per_seq: int = 80
+    masked_lm_prob: float = 0.15
+    short_seq_prob: float = 0.1
+    random_seed: int = 12345
+    dupe_factor: int = 5
+    do_whole_word_mask: bool = False
+    download_retries: int = 5
+    progress: Optional[bool] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Paths of every stage's output under the working dir (see the module docstring)."""
+    root: str
+
+    def download_dir(self, dataset: str) -> str:
+        from data_prep.download import GLUE_TASKS
+        if dataset in GLUE_TASKS:
+            return os.path.join(self.root, "download", "glue", dataset)
+        return os.path.join(self.root, "download", dataset)
+
+    def formatted_file(self, dataset: str) -> str:
+        return os.path.join(self.root, "formatted_one_article_per_line", f"{dataset}.txt")
+
+    def vocab_file(self, dataset: str, do_lower_case: bool) -> str:
+        return os.path.join(self.root, "vocab",
+                            f"{dataset}_lower_case_{int(bool(do_lower_case))}_vocab.txt")
+
+    def sharded_dir(self, dataset: str, o: PrepOptions) -> str:
+        name = (f"sharded_training_shards_{o.n_training_shards}_test_shards_{o.n_test_shards}"
+                f"_fraction_{o.fraction_test_set:g}")
+        return os.path.join(self.root, name, dataset)
+
+    def tfrecord_dir(self, dataset: str, o: PrepOptions) -> str:
+        name = (f"tfrecord_lower_case_{int(bool(o.do_lower_case))}_seq_len_{o.max_seq_length}"
+                f"_max_pred_{o.max_predictions_per_seq}_masked_lm_prob_{o.masked_lm_prob:g}"
+                f"_random_seed_{o.random_seed}_dupe_factor_{o.dupe_factor}"
+                f"{'_wwm' if o.do_whole_word_mask else ''}")
+        return os.path.join(self.root, name, dataset)
+
+
+def _say(message: str) -> None:
+    print(message, flush=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temporaries(folder: str) -> None:
+    """Deletes ``*.tmp-<pid>`` files in ``folder`` left by a killed process (pid not running).
+
+    Writers put their output under a temporary name with their pid and rename it when done, so
+    a killed run leaves one behind; a live writer's file is left alone.
+    """
+    if not os.path.isdir(folder):
+        return
+    for name in os.listdir(folder):
+        suffix = name.rsplit(".tmp-", 1)[1] if ".tmp-" in name else ""
+        if suffix.isdigit() and not _pid_alive(int(suffix)):
+            try:
+                os.remove(os.path.join(folder, name))
+            except OSError:
+                pass
+
+
+def resolve_working_dir(working_dir: Optional[str]) -> str:
+    """``--working_dir``, else ``$BERT_PREP_WORKING_DIR``; created and checked for writing."""
+    root = working_dir or os.environ.get(WORKING_DIR_ENV)
+    if not root:
+        raise DataPrepError("--working_dir", f"not given and ${WORKING_DIR_ENV} is not set")
+    root = os.path.abspath(os.path.expanduser(root))
+    try:
+        os.makedirs(root, exist_ok=True)
+        probe = os.path.join(root, f".write-test-{os.getpid()}")
+        with open(probe, "w", encoding="utf-8"):
+            pass
+        os.remove(probe)
+    except OSError as e:
+        raise DataPrepError(root, f"working dir is not writable: {e.strerror or e}") from None
+    return root
+
+
+# --------------------------------------------------------------------------- download
+
+def action_download(o: PrepOptions, layout: Layout) -> int:
+    from data_prep import download, text_formatting
+    if o.dataset == "custom":
+        raise DataPrepError("--dataset", "custom text is not downloaded: pass it with --input "
+                                         "to --action text_formatting")
+    if o.dataset == "books_wiki_en_corpus":
+        raise DataPrepError("--dataset", "download wikicorpus_en and bookscorpus separately "
+                                         "(bookscorpus needs --url)")
+    resources = list(download.DATASETS[o.dataset])
+    if o.url:
+        if len(resources) > 1:
+            raise DataPrepError("--url", f"{o.dataset} has {len(resources)} files; --url "
+                                         f"replaces the URL of single-file datasets only")
+        name = download.basename_of(o.url)
+        folder = os.path.relpath(layout.download_dir(o.dataset),
+                                 os.path.join(layout.root, "download"))
+        resources = [download.Resource(o.url, os.path.join(folder, name), o.sha256,
+                                       extract=download.is_archive(name))]
+    elif not resources:
+        raise DataPrepError("--url", f"{o.dataset} has no official download (BookCorpus is no "
+                                     f"longer distributed by its authors): pass --url with an "
+                                     f"http(s) URL or a local path of your copy (a folder of "
+                                     f".txt books, a .zip/.tar.gz of them, or one .txt file)")
+    elif o.sha256:
+        if len(resources) > 1:
+            raise DataPrepError("--sha256", f"{o.dataset} has {len(resources)} files; --sha256 "
+                                            f"applies to single-file datasets")
+        resources = [dataclasses.replace(resources[0], sha256=o.sha256)]
+    download.download_resources(resources, os.path.join(layout.root, "download"),
+                                retries=o.download_retries, progress=o.progress, log=_say)
+    if o.dataset == "MRPC":
+        written = text_formatting.format_mrpc(layout.download_dir("MRPC"))
+        _say(f"MRPC: wrote {', '.join(os.path.basename(p) for p in written)}")
+    return 0
+
+
+# --------------------------------------------------------------------------- text_formatting
+
+def _wiki_dumps(o: PrepOptions, layout: Layout, dataset: str) -> List[str]:
+    from data_prep.text_formatting import list_input_files
+    if o.input:
+        return [f for path in o.input for f in list_input_files(path)]
+    folder = layout.download_dir(dataset)
+    if not os.path.isdir(folder):
+        raise DataPrepError(folder, "no download (run --action download, or pass --input)")
+    return list_input_files(folder)  # every dump downloaded there (multi-part dumps too)
+
+
+def _format_one(o: PrepOptions, layout: Layout, dataset: str) -> None:
+    from data_prep import text_formatting as tf
+    out = layout.formatted_file(dataset)
+    remove_stale_temporaries(os.path.dirname(out))
+    t0 = time.perf_counter()
+    if dataset in ("wikicorpus_en", "wikicorpus_zh"):
+        stats = tf.format_wikipedia(_wiki_dumps(o, layout, dataset), out,
+                                    processes=o.n_processes,
+                                    expand_templates=o.wiki_expand_templates,
+                                    progress=o.progress)
+    elif dataset == "bookscorpus":
+        inputs = list(o.input) or [layout.download_dir(dataset)]
+        if not o.input and not os.path.isdir(inputs[0]):
+            raise DataPrepError(inputs[0], "no download (run --action download --url ..., "
+                                           "or pass --input)")
+        stats = tf.format_books(inputs, out, progress=o.progress)
+    else:  # custom
+        if not o.input:
+            raise DataPrepError("--input", "--dataset custom needs --input (a file or folder)")
+        stats = tf.format_custom(list(o.input), out, unit=o.custom_document_unit,
+                                 progress=o.progress)
+    dropped = f", {stats.dropped_empty} empty dropped" if stats.dropped_empty else ""
+    _say(f"text_formatting: {dataset}: {stats.documents} documents{dropped} -> {out} "
+         f"({time.perf_counter() - t0:.1f} s)")
+
+
+def _parts(dataset: str) -> List[str]:
+    return ["wikicorpus_en", "bookscorpus"] if dataset == "books_wiki_en_corpus" else [dataset]
+
+
+def _require_corpus(o: PrepOptions) -> None:
+    if o.dataset not in CORPORA:
+        raise DataPrepError("--dataset", f"--action {o.action} works on a text corpus "
+                                         f"({', '.join(CORPORA)}), not {o.dataset}")
+
+
+def action_text_formatting(o: PrepOptions, layout: Layout) -> int:
+    _require_corpus(o)
+    if o.dataset == "books_wiki_en_corpus" and o.input:
+        raise DataPrepError("--input", "give --input per part: format wikicorpus_en and "
+                                       "bookscorpus separately")
+    for dataset in _parts(o.dataset):
+        _format_one(o, layout, dataset)
+    return 0
+
+
+def _formatted_inputs(o: PrepOptions, layout: Layout) -> List[str]:
+    files = [layout.formatted_file(d) for d in _parts(o.dataset)]
+    for path in files:
+        if not os.path.isfile(path):
+            raise DataPrepError(path, "not found (run --action text_formatting first)")
+    return files
+
+
+# --------------------------------------------------------------------------- sharding
+
+def action_sharding(o: PrepOptions, layout: Layout) -> int:
+    from data_prep import sharding
+    _require_corpus(o)
+    options = sharding.ShardingOptions(
+        n_training_shards=o.n_training_shards, n_test_shards=o.n_test_shards,
+        fraction_test_set=o.fraction_test_set, seed=o.sharding_seed,
+        sentence_splitter=o.sentence_splitter, n_processes=o.n_processes)
+    out_dir = layout.sharded_dir(o.dataset, o)
+    remove_stale_temporaries(out_dir)
+    stats = sharding.shard_corpus(_formatted_inputs(o, layout), out_dir, o.dataset, options,
+                                  progress=o.progress, log=_say)
+    if stats.shard_bytes:
+        _say(f"sharding: shard sizes {min(stats.shard_bytes)}..{max(stats.shard_bytes)} bytes, "
+             f"{sum(stats.shard_sentences)} sentences, "
+             f"{sum(stats.seconds.values()):.1f} s")
+    return 0
+
+
+# --------------------------------------------------------------------------- vocab
+
+def action_create_vocab(o: PrepOptions, layout: Layout) -> int:
+    from data_prep import vocab
+    _require_corpus(o)
+    out = layout.vocab_file(o.dataset, o.do_lower_case)
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    t0 = time.perf_counter()
+    try:
+        n = vocab.train_wordpiece_vocab(_formatted_inputs(o, layout), out,
+                                        vocab_size=o.vocab_size, do_lower_case=o.do_lower_case)
+    except vocab.VocabTrainingError as e:
+        path, _, problem = str(e).partition(": ")
+        raise DataPrepError(path, problem or str(e)) from None
+    _say(f"create_vocab: {n} tokens -> {out} ({time.perf_counter() - t0:.1f} s)")
+    return 0
+
+
+def resolve_vocab(o: PrepOptions, layout: Layout) -> str:
+    if o.vocab_file:
+        return o.vocab_file
+    trained = layout.vocab_file(o.dataset, o.do_lower_case)
+    if os.path.isfile(trained):
+        return trained
+    raise DataPrepError("--vocab_file", f"not given, and {trained} does not exist (pass "
+                                        f"--vocab_file or run --action create_vocab)")
+
+
+# --------------------------------------------------------------------------- tfrecords
+
+_SHARD_RE = re.compile(r"_(training|test)_(\d+)\.txt$")
+
+
+def list_shards(folder: str) -> List[str]:
+    """Shard files of a sharding output folder: training first, then test, by number."""
+    found = []
+    if os.path.isdir(folder):
+        for name in os.listdir(folder):
+            m = _SHARD_RE.search(name)
+            if m and ".tmp-" not in name:
+                found.append((m.group(1) != "training", int(m.group(2)), name))
+    return [os.path.join(folder, name) for _, _, name in sorted(found)]
+
+
+_TOKENIZERS = {}
+
+
+def _pool_init():
+    # The workers already run in parallel; Rust-side threads in each would oversubscribe.
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+
+
+def tfrecord_job(shard: str, output: str, vocab_file: str, options_fields: dict
+                 ) -> Tuple[bool, str, str]:
+    """One shard to one TFRecord file; returns (ok, output, message). Never raises, so one
+    shard's failure cannot take down the pool nor be lost in unpickling."""
+    from data_prep import pretraining_data as pdata
+    t0 = time.perf_counter()
+    try:
+        options = pdata.PretrainingOptions(**options_fields)
+        key = (vocab_file, options.do_lower_case)
+        if key not in _TOKENIZERS:  # loaded once per worker process
+            _TOKENIZERS[key] = pdata.load_tokenizer(vocab_file, options.do_lower_case)
+        stats = pdata.create_pretraining_tfrecords([shard], [output], _TOKENIZERS[key], options,
+                                                   log_instances=0)
+        return True, output, (f"{stats.instances} instances from {stats.documents} documents "
+                              f"in {time.perf_counter() - t0:.1f} s")
+    except pdata.DataPrepError as e:
+        return False, output, str(e)
+    except Exception as e:  # noqa: BLE001 - reported with the shard, not as a traceback
+        return False, output, f"{shard}: {type(e).__name__}: {e}"
+
+
+def action_create_tfrecord_files(o: PrepOptions, layout: Layout) -> int:
+    from data_prep import pretraining_data as pdata
+    _require_corpus(o)
+    shard_dir = layout.sharded_dir(o.dataset, o)
+    shards = list_shards(shard_dir)
+    if not shards:
+        raise DataPrepError(shard_dir, "no shards (run --action sharding with the same "
+                                       "--n_training_shards/--n_test_shards/--fraction_test_set)")
+    vocab_file = resolve_vocab(o, layout)
+    pdata.load_tokenizer(vocab_file, o.do_lower_case)  # a bad vocab fails once, up front
+    base = pdata.PretrainingOptions(
+        max_seq_length=o.max_seq_length, max_predictions_per_seq=o.max_predictions_per_seq,
+        random_seed=o.random_seed, dupe_factor=o.dupe_factor, masked_lm_prob=o.masked_lm_prob,
+        short_seq_prob=o.short_seq_prob, do_whole_word_mask=o.do_whole_word_mask,
+        do_lower_case=o.do_lower_case)
+    base.validate()
+    out_dir = layout.tfrecord_dir(o.dataset, o)
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as e:
+        raise DataPrepError(out_dir, f"cannot create output folder: {e.strerror or e}") from None
+    remove_stale_temporaries(out_dir)
+    jobs = []
+    for shard in shards:
+        name = os.path.basename(shard)[:-len(".txt")]
+        output = os.path.join(out_dir, f"{name}.tfrecord")
+        if os.path.exists(output):
+            _say(f"create_tfrecord_files: skip {name} (complete)")
+            continue
+        fields = dataclasses.asdict(base.replace(
+            random_seed=pdata.derive_shard_seed(o.random_seed, os.path.basename(shard))))
+        jobs.append((shard, output, vocab_file, fields))
+    failures = []
+
+    def report(result):
+        ok, output, message = result
+        if ok:
+            _say(f"create_tfrecord_files: wrote {os.path.basename(output)}: {message}")
+        else:
+            failures.append(message)
+            _say(f"create_tfrecord_files: FAILED {os.path.basename(output)}: {message}")
+
+    t0 = time.perf_counter()
+    if o.n_processes <= 1 or len(jobs) <= 1:
+        for job in jobs:
+            report(tfrecord_job(*job))
+    elif jobs:
+        from concurrent.futures import ProcessPoolExecutor
+        with ProcessPoolExecutor(max_workers=min(o.n_processes, len(jobs)),
+                                 initializer=_pool_init) as pool:
+            for result in pool.map(tfrecord_job, *zip(*jobs)):
+                report(result)
+    done = len(shards) - len(failures)
+    _say(f"create_tfrecord_files: {done}/{len(shards)} shards complete in {out_dir} "
+         f"({len(jobs) - len(failures)} written now, {time.perf_counter() - t0:.1f} s)")
+    for message in failures:
+        print(f"error: {message}", file=sys.stderr, flush=True)
+    return 1 if failures else 0
+
+
+# --------------------------------------------------------------------------- dispatch
+
+_HANDLERS: dict = {
+    "download": action_download,
+    "text_formatting": action_text_formatting,
+    "sharding": action_sharding,
+    "create_tfrecord_files": action_create_tfrecord_files,
+    "create_vocab": action_create_vocab,
+}
+
+
+def run(o: PrepOptions) -> int:
+    """Validates the action and dataset, then runs the action; raises ``DataPrepError``."""
+    if o.action not in ACTIONS:
+        raise DataPrepError("--action", f"unknown action {o.action!r} "
+                                        f"(choose from {', '.join(ACTIONS)})")
+    datasets = all_datasets()
+    if o.dataset not in datasets:
+        raise DataPrepError("--dataset", f"unknown dataset {o.dataset!r} "
+                                         f"(choose from {', '.join(datasets)})")
+    if o.action != "download" and o.dataset not in CORPORA:
+        raise DataPrepError("--dataset", f"{o.dataset} is only downloaded; --action {o.action} "
+                                         f"works on {', '.join(CORPORA)}")
+    layout = Layout(resolve_working_dir(o.working_dir))
+    return _HANDLERS[o.action](o, layout)
+
+
+def run_cli(o: PrepOptions, err: Callable[[str], None] = None) -> int:
+    """``run`` with errors printed as one line ``error: <file>: <problem>``; returns the status."""
+    def emit(message):
+        print(f"error: {message}", file=sys.stderr, flush=True)
+    err = err or emit
+    try:
+        return run(o)
+    except DataPrepError as e:
+        err(str(e))
+    except OSError as e:  # disk full, permissions changed under us...
+        err(f"{e.filename or o.working_dir or '-'}: {e.strerror or e}")
+    except KeyboardInterrupt:
+        err("interrupted (rerun the same command to resume)")
+        return 130
+    return 1
