@@ -1,15 +1,12 @@
 """Command-line flags of run_pretraining.py (NVIDIA's TF1 BERT names)."""
 from absl import flags
 
+from training.flag_binding import bind
+
 
 def define_flags(flag_values=flags.FLAGS):
     """Defines the flags on `flag_values` (tests pass a fresh `flags.FlagValues()`)."""
-    class _Bound:
-        def __getattr__(self, name):
-            define = getattr(flags, name)
-            return lambda *args, **kwargs: define(*args, flag_values=flag_values, **kwargs)
-
-    f = _Bound()
+    f = bind(flag_values)
     f.DEFINE_string("bert_config_file", None, "bert_config.json of the model to train.")
     f.DEFINE_string("input_files_dir", None,
                     "Training TFRecords: a directory, a glob, or a comma-separated list.")

@@ -17,11 +17,13 @@ from modeling import BertConfig, ConfigError
 from modeling.checkpoints import CheckpointError
 from pretraining.input_pipeline import (InputError, check_records_match, list_input_files,
                                         make_input_fn)
-from pretraining.model_fn import MICRO_STEP_NAME, PretrainingSettings, make_model_fn
+from pretraining.model_fn import make_model_fn
 from training.distributed import Workers
 from training.flops import peak_tflops_for_device, training_flops_per_sequence
 from training.hooks import PreemptionHook, StepLoggingHook, WeightsFingerprintHook
 from training.run_config import make_run_config
+from training.settings import TrainingSettings, precision_settings
+from training.train_step import MICRO_STEP_NAME
 
 tf1 = tf.compat.v1
 
@@ -71,8 +73,7 @@ def run(flags):
     config = BertConfig.from_json_file(flags.bert_config_file)
     _validate(flags, config)
     workers = Workers(flags.horovod)
-    compute_type = flags.amp_dtype if flags.amp else "float32"
-    loss_scale = "dynamic" if compute_type == "float16" else None
+    compute_type, loss_scale = precision_settings(flags.amp, flags.amp_dtype)
     results = {}
 
     train_files = eval_files = None
@@ -83,7 +84,7 @@ def run(flags):
         eval_files = list_input_files(flags.eval_files_dir)
         check_records_match(eval_files, flags.max_seq_length, flags.max_predictions_per_seq)
 
-    settings = PretrainingSettings(
+    settings = TrainingSettings(
         bert_config=config, learning_rate=flags.learning_rate,
         num_train_steps=flags.num_train_steps, num_warmup_steps=flags.num_warmup_steps,
         start_step=flags.phase1_end_step, optimizer_type=flags.optimizer_type,

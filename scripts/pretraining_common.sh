@@ -29,10 +29,10 @@ train_steps_phase2=$(( train_steps - train_steps_phase1 ))
 DATA_DIR=${DATA_DIR:-${BERT_PREP_WORKING_DIR:-$ROOT/data}}
 TFRECORD_PREFIX=${TFRECORD_PREFIX:-tfrecord_lower_case_1}
 DATASET=${DATASET:-books_wiki_en_corpus}
-phase_data() {  # phase_data SEQ_LEN MAX_PRED SPLIT -> the records directory of that phase
+phase_data() {  # phase_data SEQ_LEN MAX_PRED SPLIT -> a glob of bertPrep.py's records
   local dir
   dir=$(ls -d "$DATA_DIR"/${TFRECORD_PREFIX}_seq_len_$1_max_pred_$2_*/"$DATASET" 2>/dev/null | head -n 1)
-  echo "${dir:-$DATA_DIR/${TFRECORD_PREFIX}_seq_len_$1_max_pred_$2/$DATASET}/$3"
+  echo "${dir:-$DATA_DIR/${TFRECORD_PREFIX}_seq_len_$1_max_pred_$2/$DATASET}/${DATASET}_$3_*.tfrecord"
 }
 TRAIN_DATA_PHASE1=${TRAIN_DATA_PHASE1:-$(phase_data 128 20 training)}
 EVAL_DATA_PHASE1=${EVAL_DATA_PHASE1:-$(phase_data 128 20 test)}
@@ -60,7 +60,8 @@ launch() {
   if [ "$num_gpus" -gt 1 ]; then
     if command -v horovodrun >/dev/null 2>&1 || [ -x "$(dirname "$PYTHON")/horovodrun" ]; then
       local hvd; hvd=$(command -v horovodrun || echo "$(dirname "$PYTHON")/horovodrun")
-      "$hvd" -np "$num_gpus" -H "localhost:$num_gpus" ${HOROVOD_LAUNCH_FLAGS:---gloo} \
+      # HOROVOD_LAUNCH_FLAGS replaces the single-node default (scripts/run.sub sets the hosts).
+      "$hvd" -np "$num_gpus" ${HOROVOD_LAUNCH_FLAGS:---gloo -H localhost:$num_gpus} \
         "$PYTHON" "$@" --horovod
     elif command -v mpirun >/dev/null 2>&1; then
       mpirun -np "$num_gpus" --allow-run-as-root -bind-to none -map-by slot \

@@ -107,8 +107,7 @@ class StepLoggingHook(tf1.train.SessionRunHook):
                 self._measured_sequences / self._measured_seconds
         if self.records:
             last = self.records[-1]
-            result.update({k: last[k] for k in ("total_loss", "masked_lm_loss",
-                                                 "next_sentence_loss") if k in last})
+            result.update({k: v for k, v in last.items() if k.endswith("loss")})
             result["final_step"] = last["step"]
         return result
 

@@ -1,0 +1,46 @@
+"""The fine-tuning `model_fn`, one for every task.
+
+A task (see `finetuning/tasks.py`) supplies the head on top of `BertModel`, its loss, what
+PREDICT returns and what the SavedModel serves; the encoder, mixed precision, checkpoint
+loading and the training step (AdamWeightDecay or LAMB, loss scaling, accumulation, Horovod)
+are the same for all, shared with pre-training through `training.train_step`.
+"""
+from contextlib import nullcontext
+
+import tensorflow as tf
+
+from modeling import BertModel
+from modeling.checkpoints import init_from_checkpoint
+from training.train_step import micro_step_variable, seeded_dropout, train_spec
+
+tf1 = tf.compat.v1
+
+
+def make_model_fn(task, settings, extra_hooks_fn=None):
+    """Estimator model_fn for `task` with `TrainingSettings` `settings`."""
+
+    def model_fn(features, labels, mode, params=None):
+        del labels, params
+        is_training = mode == tf.estimator.ModeKeys.TRAIN
+        micro_step = micro_step_variable() if is_training else None
+        with seeded_dropout(settings, micro_step) if is_training else nullcontext():
+            model = BertModel(settings.bert_config, is_training, features["input_ids"],
+                              features["input_mask"], features["segment_ids"],
+                              compute_type=settings.compute_type)
+            outputs = task.build_outputs(model, features, is_training)
+        if settings.init_checkpoint:
+            init_from_checkpoint(settings.init_checkpoint)
+
+        if mode == tf.estimator.ModeKeys.PREDICT:
+            serving = task.serving_outputs(outputs, features)
+            return tf.estimator.EstimatorSpec(
+                mode, predictions=task.predictions(outputs, features),
+                export_outputs={"serving_default":
+                                tf.estimator.export.PredictOutput(serving)})
+        loss = task.loss(outputs, features)
+        if mode == tf.estimator.ModeKeys.EVAL:
+            return tf.estimator.EstimatorSpec(mode, loss=loss,
+                                              eval_metric_ops=task.eval_metric_ops(outputs, features))
+        return train_spec(settings, loss, micro_step, {"loss": loss}, extra_hooks_fn)
+
+    return model_fn

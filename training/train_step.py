@@ -1,0 +1,62 @@
+"""The TRAIN half of a model_fn, shared by pre-training and fine-tuning.
+
+`micro_step` counts micro-batches (saved in checkpoints): it seeds each micro-batch's
+dropout masks (`stateless_dropout`) and tells a resumed run how many records to skip, which
+together make a resumed run continue exactly where the interrupted one stopped.
+"""
+import tensorflow as tf
+
+from modeling.core import stateless_dropout
+from optimization import create_train_op
+
+tf1 = tf.compat.v1
+
+MICRO_STEP_NAME = "micro_step"
+
+
+def micro_step_variable():
+    """Micro-batches trained so far (int64, non-trainable, in every checkpoint)."""
+    return tf1.get_variable(MICRO_STEP_NAME, [], tf.int64, tf1.zeros_initializer(),
+                            trainable=False)
+
+
+def dropout_seed(seed, rank, micro_step):
+    """[base, micro_step]: base mixes the run's seed and the rank (below 2**32)."""
+    base = ((int(seed) & 0xFFFFF) << 12) | (int(rank) & 0xFFF)
+    return tf.stack([tf.constant(base, tf.int64), micro_step])
+
+
+def seeded_dropout(settings, micro_step):
+    """Context under which the model's dropout is stateless and keyed by the micro-step."""
+    return stateless_dropout(dropout_seed(settings.seed, settings.rank, micro_step))
+
+
+def finite_or_zero(value):
+    """Estimator stops a run on a NaN loss (its NanTensorHook); a non-finite step is instead
+    skipped and counted by the training op, so the loss the Estimator sees is sanitised."""
+    return tf.where(tf.math.is_finite(value), value, tf.zeros_like(value))
+
+
+def train_spec(settings, loss, micro_step, log_tensors, extra_hooks_fn=None):
+    """EstimatorSpec for TRAIN: the training op (optimizer, AMP, accumulation, allreduce),
+    the micro-step increment, TensorBoard scalars, and hooks from `extra_hooks_fn(tensors)`
+    which receive `log_tensors` plus the step's learning rate, loss scale and counters."""
+    train_op, extras = create_train_op(
+        loss, settings.optimizer_type, settings.learning_rate, settings.num_train_steps,
+        settings.num_warmup_steps, start_step=settings.start_step,
+        num_accumulation_steps=settings.num_accumulation_steps,
+        loss_scale=settings.loss_scale, init_loss_scale=settings.init_loss_scale,
+        allreduce_fn=settings.allreduce_fn,
+        allreduce_post_accumulation=settings.allreduce_post_accumulation,
+        weight_decay_rate=settings.weight_decay_rate)
+    with tf.control_dependencies([train_op]):
+        train_op = tf.group(train_op, micro_step.assign_add(1, read_value=False))
+    tensors = dict(log_tensors)
+    tensors.update({key: extras[key] for key in ("learning_rate", "loss_scale",
+                                                  "skipped_steps", "global_step",
+                                                  "is_optimizer_step")})
+    for key in list(log_tensors) + ["learning_rate", "loss_scale"]:
+        tf1.summary.scalar(key, tensors[key])
+    hooks = extra_hooks_fn(tensors) if extra_hooks_fn else []
+    return tf.estimator.EstimatorSpec(tf.estimator.ModeKeys.TRAIN, loss=finite_or_zero(loss),
+                                      train_op=train_op, training_hooks=hooks)
