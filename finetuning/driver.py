@@ -1,0 +1,167 @@
+"""The one fine-tuning driver: train, evaluate, predict and export any task.
+
+    task = SquadTask.from_flags(FLAGS)      # or ClassifierTask.from_flags(FLAGS)
+    results = run(task, FLAGS)
+
+The task supplies data (examples -> features -> TFRecords), the head, and scoring; this
+module owns everything else: tokenizer, Horovod, precision, the Estimator and its schedule,
+resuming, prediction and SavedModel export.
+"""
+import os
+import sys
+
+import tensorflow as tf
+from absl import logging
+
+from data_prep.tokenization import FullTokenizer, VocabError, validate_case_matches_checkpoint
+from finetuning.export import export_saved_model, write_triton_repository
+from finetuning.model_fn import make_model_fn
+from finetuning.tasks import TaskDataError
+from modeling import BertConfig, ConfigError
+from modeling.checkpoints import CheckpointError, resolve_checkpoint
+from training.distributed import Workers
+from training.hooks import PreemptionHook, StepLoggingHook
+from training.records import record_input_fn
+from training.run_config import make_run_config
+from training.settings import TrainingSettings, precision_settings
+from training.train_step import MICRO_STEP_NAME
+
+tf1 = tf.compat.v1
+
+
+class UsageError(ValueError):
+    """Flags that cannot work together."""
+
+
+def _latest_value(model_dir, name):
+    latest = tf1.train.latest_checkpoint(model_dir) if tf.io.gfile.isdir(model_dir) else None
+    if latest is None:
+        return 0
+    reader = tf.train.load_checkpoint(latest)
+    return int(reader.get_tensor(name)) if reader.has_tensor(name) else 0
+
+
+def training_schedule(num_examples, flags, num_workers):
+    """(num_train_steps, num_warmup_steps): epochs over the examples in optimizer steps."""
+    global_batch = flags.train_batch_size * flags.num_accumulation_steps * num_workers
+    steps = max(1, int(num_examples / global_batch * flags.num_train_epochs))
+    return steps, int(steps * flags.warmup_proportion)
+
+
+def predict(estimator, task, features, path, batch_size):
+    """Runs PREDICT over `features` (written to `path`); returns a list of result dicts."""
+    task.write_records(features, path)
+    input_fn = record_input_fn([path], batch_size, task.feature_spec(is_training=False),
+                               is_training=False, drop_remainder=False)
+    return list(estimator.predict(input_fn, yield_single_examples=True))
+
+
+def _validate(task, flags, config):
+    if not (flags.do_train or flags.do_predict or getattr(flags, "do_eval", False)
+            or flags.export_dir):
+        raise UsageError("nothing to do: pass --do_train, --do_eval, --do_predict or --export_dir")
+    if flags.max_seq_length > config.max_position_embeddings:
+        raise UsageError(f"--max_seq_length={flags.max_seq_length} exceeds the config's "
+                         f"max_position_embeddings {config.max_position_embeddings}")
+    task.validate_flags(flags)
+
+
+def run(task, flags):
+    """Does what the flags ask; returns a dict of results (train summary, metrics, paths)."""
+    config = BertConfig.from_json_file(flags.bert_config_file)
+    _validate(task, flags, config)
+    workers = Workers(flags.horovod)
+    tokenizer = FullTokenizer(flags.vocab_file, flags.do_lower_case)
+    validate_case_matches_checkpoint(flags.do_lower_case, flags.init_checkpoint)
+    tf.io.gfile.makedirs(flags.output_dir)
+    results = {}
+
+    num_train_steps, num_warmup_steps, train_file = 1, 0, None
+    if flags.do_train:
+        train_file = os.path.join(flags.output_dir, "train.tf_record")
+        num_examples = task.write_train_records(tokenizer, train_file)
+        num_train_steps, num_warmup_steps = training_schedule(num_examples, flags, workers.size)
+        logging.info("fine-tuning %s on %d examples: %d steps (%d warm-up)", task.name,
+                     num_examples, num_train_steps, num_warmup_steps)
+
+    compute_type, loss_scale = precision_settings(flags.amp, flags.amp_dtype)
+    settings = TrainingSettings(
+        bert_config=config, learning_rate=flags.learning_rate, num_train_steps=num_train_steps,
+        num_warmup_steps=num_warmup_steps, optimizer_type=flags.optimizer_type,
+        init_checkpoint=flags.init_checkpoint, compute_type=compute_type,
+        loss_scale=loss_scale, init_loss_scale=flags.init_loss_scale,
+        num_accumulation_steps=flags.num_accumulation_steps,
+        allreduce_post_accumulation=flags.num_accumulation_steps > 1,
+        allreduce_fn=workers.allreduce_fn(compress_fp16=flags.amp), seed=flags.seed,
+        rank=workers.rank)
+    log_hooks = []
+
+    def logging_hooks(tensors):
+        hook = StepLoggingHook(tensors, flags.display_loss_steps,
+                               global_batch_size=flags.train_batch_size * workers.size,
+                               dllog_path=flags.dllog_path, is_chief=workers.is_chief)
+        log_hooks.append(hook)
+        return [hook]
+
+    run_config = make_run_config(flags.output_dir, workers, flags.save_checkpoints_steps,
+                                 flags.keep_checkpoint_max, flags.use_xla, flags.seed)
+    estimator = tf.estimator.Estimator(make_model_fn(task, settings, logging_hooks),
+                                       config=run_config)
+
+    if flags.do_train and _latest_value(flags.output_dir, "global_step") < num_train_steps:
+        input_fn = record_input_fn(
+            [train_file], flags.train_batch_size, task.feature_spec(is_training=True), True,
+            seed=flags.seed, num_shards=workers.size, shard_index=workers.rank,
+            skip_records_fn=lambda: _latest_value(flags.output_dir, MICRO_STEP_NAME)
+            * flags.train_batch_size)
+        preemption = PreemptionHook(os.path.join(flags.output_dir, "model.ckpt"),
+                                    workers.is_chief)
+        estimator.train(input_fn, max_steps=num_train_steps,
+                        hooks=workers.hooks() + [preemption])
+        results["train"] = log_hooks[-1].summary() if log_hooks else {}
+        if preemption.received is not None:
+            results["preempted"] = True
+            return results
+    if not workers.is_chief:
+        return results
+
+    for split, wanted, batch_size in (("dev", getattr(flags, "do_eval", False),
+                                       getattr(flags, "eval_batch_size", 8)),
+                                      ("predict", flags.do_predict, flags.predict_batch_size)):
+        if not wanted:
+            continue
+        examples, features = task.load_split(split, tokenizer)
+        outputs = predict(estimator, task, features,
+                          os.path.join(flags.output_dir, f"{split}.tf_record"), batch_size)
+        results[split] = task.evaluate(split, examples, features, outputs, flags.output_dir)
+        logging.info("%s results: %s", split, results[split])
+
+    if flags.export_dir:
+        checkpoint = tf1.train.latest_checkpoint(flags.output_dir)
+        if checkpoint is None and flags.init_checkpoint:  # export an existing checkpoint
+            checkpoint = resolve_checkpoint(flags.init_checkpoint)
+        path = export_saved_model(estimator, task, flags.export_dir, flags.max_seq_length,
+                                  checkpoint)
+        results["saved_model"] = path
+        logging.info("SavedModel written to %s", path)
+        if flags.triton_model_repository:
+            results["triton"] = write_triton_repository(path, flags.triton_model_repository,
+                                                        task, flags.max_seq_length)
+    return results
+
+
+def main(task_factory, flags):
+    """Entry point of run_squad.py / run_classifier.py: one-line errors and exit codes."""
+    try:
+        results = run(task_factory(flags), flags)
+    except (UsageError, ConfigError, CheckpointError, VocabError, TaskDataError,
+            RuntimeError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    for split in ("dev", "predict"):
+        if split in results and results[split]:
+            print(f"{split}: " + ", ".join(f"{k} = {v:.4f}" if isinstance(v, float) else
+                                           f"{k} = {v}" for k, v in results[split].items()))
+    if "saved_model" in results:
+        print(f"SavedModel: {results['saved_model']}")
+    return 0

@@ -1,0 +1,247 @@
+"""Tasks for the one fine-tuning driver: what differs between GLUE classification and SQuAD.
+
+A task provides
+  data:    write_train_records(tokenizer, path) -> number of examples,
+           load_split(split, tokenizer) -> (examples, features), write_records(features, path),
+           feature_spec(is_training);
+  model:   build_outputs(model, features, is_training), loss(outputs, features),
+           predictions(outputs, features), serving_outputs(outputs, features),
+           serving_output_spec(max_seq_length), extra_serving_inputs, eval_metric_ops;
+  scoring: evaluate(split, examples, features, results, output_dir) -> metrics (writes the
+           task's result files).
+Everything else (encoder, precision, optimizer, Horovod, Estimator, export) is the driver's.
+"""
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from finetuning import glue_data, glue_metrics, squad_data, squad_eval, squad_postprocess
+from finetuning.heads import (classification_head, classification_loss, squad_head,
+                              squad_loss)
+
+tf1 = tf.compat.v1
+
+
+class TaskDataError(ValueError):
+    """Task data missing or malformed; the message names the file."""
+
+
+class ClassifierTask:
+    """A GLUE task (or any task with a GLUE-style processor): sentence (pair) -> label/score."""
+
+    extra_serving_inputs = ()
+
+    def __init__(self, task_name, data_dir, max_seq_length):
+        try:
+            self.processor = glue_data.get_processor(task_name)
+        except ValueError as err:
+            raise TaskDataError(f"--task_name: {err}") from None
+        self.name = glue_data.canonical_task_name(task_name)
+        self.data_dir = data_dir
+        self.max_seq_length = max_seq_length
+        self.labels = self.processor.get_labels()
+        self.is_regression = self.processor.is_regression
+        self.num_labels = self.processor.num_labels
+
+    @classmethod
+    def from_flags(cls, flags):
+        if not flags.task_name:
+            raise TaskDataError("--task_name is required")
+        return cls(flags.task_name, flags.data_dir, flags.max_seq_length)
+
+    def validate_flags(self, flags):
+        if (flags.do_train or flags.do_eval or flags.do_predict) and not flags.data_dir:
+            raise TaskDataError("--data_dir is required to train, evaluate or predict")
+
+    # ------------------------------------------------------------------ data
+    def feature_spec(self, is_training):
+        return glue_data.feature_spec(self.max_seq_length, self.is_regression)
+
+    def _features(self, examples, tokenizer):
+        return glue_data.convert_examples_to_features(examples, self.labels, self.max_seq_length,
+                                                      tokenizer, self.is_regression)
+
+    def write_train_records(self, tokenizer, path):
+        examples = _read(self.processor.get_train_examples, self.data_dir)
+        self.write_records(self._features(examples, tokenizer), path)
+        return len(examples)
+
+    def load_split(self, split, tokenizer):
+        reader = (self.processor.get_dev_examples if split == "dev"
+                  else self.processor.get_test_examples)
+        examples = _read(reader, self.data_dir)
+        return examples, self._features(examples, tokenizer)
+
+    def write_records(self, features, path):
+        glue_data.write_features_to_tfrecord(features, path, self.is_regression)
+
+    # ------------------------------------------------------------------ model
+    def build_outputs(self, model, features, is_training):
+        logits = classification_head(model.get_pooled_output(), self.num_labels, is_training,
+                                     model.config.initializer_range)
+        return {"logits": logits}
+
+    def loss(self, outputs, features):
+        return classification_loss(outputs["logits"], features["label_ids"], self.is_regression)
+
+    def predictions(self, outputs, features):
+        return self.serving_outputs(outputs, features)
+
+    def serving_outputs(self, outputs, features):
+        if self.is_regression:
+            return {"predictions": tf.squeeze(outputs["logits"], -1)}
+        return {"probabilities": tf.nn.softmax(outputs["logits"], axis=-1)}
+
+    def serving_output_spec(self, max_seq_length):
+        if self.is_regression:
+            return {"predictions": (tf.float32, [])}
+        return {"probabilities": (tf.float32, [self.num_labels])}
+
+    def eval_metric_ops(self, outputs, features):
+        weights = tf.cast(features["is_real_example"], tf.float32)
+        if self.is_regression:
+            return {"eval_mse": tf1.metrics.mean_squared_error(
+                features["label_ids"], tf.squeeze(outputs["logits"], -1), weights=weights)}
+        predictions = tf.argmax(outputs["logits"], axis=-1, output_type=tf.int32)
+        return {"eval_accuracy": tf1.metrics.accuracy(features["label_ids"], predictions,
+                                                      weights=weights)}
+
+    # ------------------------------------------------------------------ scoring
+    def evaluate(self, split, examples, features, results, output_dir):
+        key = "predictions" if self.is_regression else "probabilities"
+        values = np.array([r[key] for r in results], dtype=np.float64)
+        if split == "dev":
+            labels = np.array([f.label_id for f in features])
+            metrics = glue_metrics.task_metrics(self.name, values, labels)
+            if self.is_regression:
+                metrics["eval_loss"] = float(np.mean((values - labels) ** 2))
+            else:
+                picked = values[np.arange(len(labels)), labels.astype(int)]
+                metrics["eval_loss"] = float(-np.mean(np.log(np.maximum(picked, 1e-12))))
+            metrics["eval_examples"] = len(labels)
+            glue_metrics.write_eval_results(os.path.join(output_dir, "eval_results.txt"),
+                                            metrics)
+            return metrics
+        glue_metrics.write_test_results(os.path.join(output_dir, "test_results.tsv"), values,
+                                        self.labels, self.name)
+        submission = os.path.join(output_dir, glue_metrics.submission_file_name(self.name))
+        glue_metrics.write_glue_submission(submission, values, self.labels, self.name)
+        return {"test_examples": len(values), "submission": submission}
+
+
+class SquadTask:
+    """SQuAD v1.1 / v2.0: question + context -> answer span (or no answer)."""
+
+    name = "squad"
+    extra_serving_inputs = ("unique_ids",)
+
+    def __init__(self, train_file=None, predict_file=None, max_seq_length=384, doc_stride=128,
+                 max_query_length=64, n_best_size=20, max_answer_length=30,
+                 version_2_with_negative=False, null_score_diff_threshold=0.0,
+                 do_lower_case=True, verbose_logging=False, seed=12345):
+        self.train_file, self.predict_file = train_file, predict_file
+        self.max_seq_length, self.doc_stride = max_seq_length, doc_stride
+        self.max_query_length, self.n_best_size = max_query_length, n_best_size
+        self.max_answer_length = max_answer_length
+        self.version_2_with_negative = version_2_with_negative
+        self.null_score_diff_threshold = null_score_diff_threshold
+        self.do_lower_case, self.verbose_logging, self.seed = do_lower_case, verbose_logging, seed
+
+    @classmethod
+    def from_flags(cls, flags):
+        return cls(flags.train_file, flags.predict_file, flags.max_seq_length, flags.doc_stride,
+                   flags.max_query_length, flags.n_best_size, flags.max_answer_length,
+                   flags.version_2_with_negative, flags.null_score_diff_threshold,
+                   flags.do_lower_case, flags.verbose_logging, flags.seed)
+
+    def validate_flags(self, flags):
+        if flags.do_train and not flags.train_file:
+            raise TaskDataError("--do_train needs --train_file")
+        if flags.do_predict and not flags.predict_file:
+            raise TaskDataError("--do_predict needs --predict_file")
+        if flags.max_seq_length <= flags.max_query_length + 3:
+            raise TaskDataError(f"--max_seq_length={flags.max_seq_length} leaves no room for "
+                                f"the context after --max_query_length={flags.max_query_length}")
+
+    # ------------------------------------------------------------------ data
+    def feature_spec(self, is_training):
+        return squad_data.feature_spec(self.max_seq_length, is_training)
+
+    def _features(self, examples, tokenizer, is_training):
+        return squad_data.convert_examples_to_features(
+            examples, tokenizer, self.max_seq_length, self.doc_stride, self.max_query_length,
+            is_training)
+
+    def write_train_records(self, tokenizer, path):
+        examples = _read(squad_data.read_squad_examples, self.train_file, True)
+        # Articles come in order; shuffle the questions once (seeded), as Google does, so the
+        # pipeline's small shuffle window does not see one article at a time.
+        order = np.random.default_rng(self.seed).permutation(len(examples))
+        features = self._features([examples[i] for i in order], tokenizer, True)
+        squad_data.write_features(features, path, True)
+        return len(examples)
+
+    def load_split(self, split, tokenizer):
+        examples = _read(squad_data.read_squad_examples, self.predict_file, False)
+        return examples, self._features(examples, tokenizer, False)
+
+    def write_records(self, features, path):
+        squad_data.write_features(features, path, False)
+
+    # ------------------------------------------------------------------ model
+    def build_outputs(self, model, features, is_training):
+        start_logits, end_logits = squad_head(model.get_sequence_output(),
+                                              model.config.initializer_range)
+        return {"start_logits": start_logits, "end_logits": end_logits}
+
+    def loss(self, outputs, features):
+        return squad_loss(outputs["start_logits"], outputs["end_logits"],
+                          features["start_positions"], features["end_positions"])
+
+    def predictions(self, outputs, features):
+        return self.serving_outputs(outputs, features)
+
+    def serving_outputs(self, outputs, features):
+        return {"unique_ids": tf.identity(features["unique_ids"]),
+                "start_logits": outputs["start_logits"], "end_logits": outputs["end_logits"]}
+
+    def serving_output_spec(self, max_seq_length):
+        return {"unique_ids": (tf.int32, []), "start_logits": (tf.float32, [max_seq_length]),
+                "end_logits": (tf.float32, [max_seq_length])}
+
+    def eval_metric_ops(self, outputs, features):
+        return {}
+
+    # ------------------------------------------------------------------ scoring
+    def evaluate(self, split, examples, features, results, output_dir):
+        """Writes predictions.json, nbest_predictions.json (and null_odds.json for v2.0);
+        scores them with the official metric when the predict file has answers."""
+        null_odds_file = (os.path.join(output_dir, "null_odds.json")
+                          if self.version_2_with_negative else None)
+        results = [squad_postprocess.RawResult(int(r["unique_ids"]), r["start_logits"],
+                                               r["end_logits"]) for r in results]
+        predictions, _, null_odds = squad_postprocess.write_predictions(
+            examples, features, results, self.n_best_size, self.max_answer_length,
+            self.do_lower_case, os.path.join(output_dir, "predictions.json"),
+            os.path.join(output_dir, "nbest_predictions.json"), null_odds_file,
+            self.version_2_with_negative, self.null_score_diff_threshold, self.verbose_logging)
+        metrics = {"questions": len(predictions)}
+        dataset = squad_eval.load_dataset(self.predict_file)
+        has_answers = any(qa.get("answers") for qa in squad_eval.iter_questions(
+            squad_eval.dataset_articles(dataset, self.predict_file), self.predict_file))
+        if has_answers:
+            metrics.update(squad_eval.evaluate(
+                dataset, predictions, na_probs=null_odds if self.version_2_with_negative else None,
+                version_2_with_negative=self.version_2_with_negative))
+            glue_metrics.write_eval_results(os.path.join(output_dir, "eval_results.txt"),
+                                            metrics)
+        return metrics
+
+
+def _read(reader, *args):
+    """Runs a task data reader, turning its file errors into TaskDataError."""
+    try:
+        return reader(*args)
+    except (glue_data.GlueDataError, squad_eval.SquadFileError) as err:
+        raise TaskDataError(str(err)) from None
