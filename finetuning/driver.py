@@ -141,7 +141,7 @@ def run(task, flags):
         if checkpoint is None and flags.init_checkpoint:  # export an existing checkpoint
             checkpoint = resolve_checkpoint(flags.init_checkpoint)
         path = export_saved_model(estimator, task, flags.export_dir, flags.max_seq_length,
-                                  checkpoint)
+                                  checkpoint, flags.vocab_file, flags.do_lower_case)
         results["saved_model"] = path
         logging.info("SavedModel written to %s", path)
         if flags.triton_model_repository:

@@ -6,8 +6,10 @@ returns the task's outputs (start/end logits, class probabilities or a regressio
 It loads with `tf.saved_model.load`, runs with `saved_model_cli run`, and serves from
 TensorFlow Serving or Triton (`platform: "tensorflow_savedmodel"`).
 """
+import json
 import os
 import shutil
+import tempfile
 
 import tensorflow as tf
 
@@ -26,13 +28,44 @@ def serving_input_receiver_fn(task, max_seq_length):
     return receiver_fn
 
 
-def export_saved_model(estimator, task, export_dir, max_seq_length, checkpoint_path=None):
+TASK_FILE = "bert_task.json"
+VOCAB_FILE = "vocab.txt"
+
+
+def export_saved_model(estimator, task, export_dir, max_seq_length, checkpoint_path=None,
+                       vocab_file=None, do_lower_case=True):
     """Writes `export_dir/<timestamp>/` (the Estimator writes under a temporary name and
-    renames it when complete). Returns its path."""
-    path = estimator.export_saved_model(export_dir,
-                                        serving_input_receiver_fn(task, max_seq_length),
-                                        checkpoint_path=checkpoint_path)
+    renames it when complete). Returns its path.
+
+    `assets.extra/` carries what a client needs to feed the model: the vocabulary and
+    `bert_task.json` (task, labels, sequence length, casing, SQuAD window settings).
+    """
+    metadata = dict(task.metadata(), max_seq_length=max_seq_length,
+                    do_lower_case=do_lower_case)
+    with tempfile.TemporaryDirectory() as scratch:
+        task_file = os.path.join(scratch, TASK_FILE)
+        with open(task_file, "w", encoding="utf-8") as writer:
+            json.dump(metadata, writer, indent=2)
+        assets = {TASK_FILE: task_file}
+        if vocab_file:
+            assets[VOCAB_FILE] = vocab_file
+        path = estimator.export_saved_model(export_dir,
+                                            serving_input_receiver_fn(task, max_seq_length),
+                                            assets_extra=assets, checkpoint_path=checkpoint_path)
     return path.decode() if isinstance(path, bytes) else path
+
+
+def read_export_metadata(saved_model_dir):
+    """(bert_task.json as a dict, vocab path or None) of a SavedModel written above."""
+    extra = os.path.join(saved_model_dir, "assets.extra")
+    task_file = os.path.join(extra, TASK_FILE)
+    if not os.path.isfile(task_file):
+        raise FileNotFoundError(f"{saved_model_dir}: no assets.extra/{TASK_FILE} "
+                                "(not exported by this project?)")
+    with open(task_file, encoding="utf-8") as reader:
+        metadata = json.load(reader)
+    vocab = os.path.join(extra, VOCAB_FILE)
+    return metadata, vocab if os.path.isfile(vocab) else None
 
 
 _TRITON_TYPES = {tf.int32: "TYPE_INT32", tf.float32: "TYPE_FP32", tf.int64: "TYPE_INT64"}

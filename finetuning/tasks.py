@@ -54,6 +54,11 @@ class ClassifierTask:
         if (flags.do_train or flags.do_eval or flags.do_predict) and not flags.data_dir:
             raise TaskDataError("--data_dir is required to train, evaluate or predict")
 
+    def metadata(self):
+        """What a client of the exported model needs besides the vocabulary."""
+        return {"task": self.name, "labels": list(self.labels),
+                "is_regression": self.is_regression}
+
     # ------------------------------------------------------------------ data
     def feature_spec(self, is_training):
         return glue_data.feature_spec(self.max_seq_length, self.is_regression)
@@ -163,6 +168,13 @@ class SquadTask:
         if flags.max_seq_length <= flags.max_query_length + 3:
             raise TaskDataError(f"--max_seq_length={flags.max_seq_length} leaves no room for "
                                 f"the context after --max_query_length={flags.max_query_length}")
+
+    def metadata(self):
+        return {"task": self.name, "doc_stride": self.doc_stride,
+                "max_query_length": self.max_query_length, "n_best_size": self.n_best_size,
+                "max_answer_length": self.max_answer_length,
+                "version_2_with_negative": self.version_2_with_negative,
+                "null_score_diff_threshold": self.null_score_diff_threshold}
 
     # ------------------------------------------------------------------ data
     def feature_spec(self, is_training):

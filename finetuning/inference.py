@@ -1,0 +1,136 @@
+"""Answers and labels from a fine-tuned model, from a checkpoint or an exported SavedModel.
+
+The same task objects that trained the model turn raw text into features and outputs back
+into answers, so serving and evaluation can never disagree on pre- or post-processing.
+"""
+import numpy as np
+import tensorflow as tf
+
+from finetuning import glue_data, squad_data, squad_postprocess
+from finetuning.export import SEQUENCE_INPUTS, read_export_metadata
+from finetuning.model_fn import make_model_fn
+from finetuning.tasks import ClassifierTask, SquadTask
+from modeling.checkpoints import resolve_checkpoint
+from training.settings import TrainingSettings
+
+tf1 = tf.compat.v1
+
+
+def task_from_metadata(metadata):
+    max_seq_length = metadata["max_seq_length"]
+    if metadata["task"] == "squad":
+        return SquadTask(max_seq_length=max_seq_length, doc_stride=metadata["doc_stride"],
+                         max_query_length=metadata["max_query_length"],
+                         n_best_size=metadata["n_best_size"],
+                         max_answer_length=metadata["max_answer_length"],
+                         version_2_with_negative=metadata["version_2_with_negative"],
+                         null_score_diff_threshold=metadata["null_score_diff_threshold"],
+                         do_lower_case=metadata["do_lower_case"])
+    return ClassifierTask(metadata["task"], None, max_seq_length)
+
+
+class SavedModelRunner:
+    """Calls the `serving_default` signature of an exported SavedModel."""
+
+    def __init__(self, path):
+        self._signature = tf.saved_model.load(path).signatures["serving_default"]
+
+    def __call__(self, inputs):
+        outputs = self._signature(**{k: tf.constant(v, tf.int32) for k, v in inputs.items()})
+        return {k: v.numpy() for k, v in outputs.items()}
+
+
+class CheckpointRunner:
+    """Builds the task's PREDICT graph and restores a fine-tuned checkpoint into it."""
+
+    def __init__(self, task, config, checkpoint, max_seq_length, compute_type="float32"):
+        self._graph = tf.Graph()
+        with self._graph.as_default():
+            self._inputs = {name: tf1.placeholder(tf.int32, [None, max_seq_length], name)
+                            for name in SEQUENCE_INPUTS}
+            for name in task.extra_serving_inputs:
+                self._inputs[name] = tf1.placeholder(tf.int32, [None], name)
+            settings = TrainingSettings(bert_config=config, compute_type=compute_type)
+            spec = make_model_fn(task, settings)(dict(self._inputs), None,
+                                                 tf.estimator.ModeKeys.PREDICT)
+            self._outputs = spec.predictions
+            self._session = tf1.Session(graph=self._graph)
+            tf1.train.Saver().restore(self._session, resolve_checkpoint(checkpoint))
+
+    def __call__(self, inputs):
+        return self._session.run(self._outputs,
+                                 {self._inputs[k]: v for k, v in inputs.items()})
+
+
+# Serving input name -> attribute of the task's feature objects.
+_FEATURE_ATTRIBUTE = {"unique_ids": "unique_id"}
+
+
+def run_in_batches(runner, features, extra_inputs=(), batch_size=32):
+    """Runs `features` (objects with input_ids/input_mask/segment_ids) through `runner`;
+    returns one dict of numpy arrays per feature."""
+    results = []
+    for start in range(0, len(features), batch_size):
+        batch = features[start:start + batch_size]
+        inputs = {name: np.array([getattr(f, name) for f in batch], np.int32)
+                  for name in SEQUENCE_INPUTS}
+        for name in extra_inputs:  # SQuAD's unique_ids
+            inputs[name] = np.array([getattr(f, _FEATURE_ATTRIBUTE[name]) for f in batch],
+                                    np.int32)
+        outputs = runner(inputs)
+        results.extend({k: v[i] for k, v in outputs.items()} for i in range(len(batch)))
+    return results
+
+
+def answer_questions(task, runner, tokenizer, items):
+    """items: dicts with `question`, `context` (and optional `id`). Returns dicts with the
+    answer text, its probability among the n-best and its logits."""
+    paragraphs = [{"context": item["context"],
+                   "qas": [{"id": str(item.get("id", index)), "question": item["question"]}]}
+                  for index, item in enumerate(items)]
+    examples, _ = squad_data.parse_squad_examples({"data": [{"paragraphs": paragraphs}]},
+                                                  is_training=False, source="<input>")
+    features = task._features(examples, tokenizer, is_training=False)
+    raw = run_in_batches(runner, features, task.extra_serving_inputs)
+    results = [squad_postprocess.RawResult(int(r["unique_ids"]), r["start_logits"],
+                                           r["end_logits"]) for r in raw]
+    predictions, nbest, _ = squad_postprocess.write_predictions(
+        examples, features, results, task.n_best_size, task.max_answer_length,
+        task.do_lower_case, None, None, None, task.version_2_with_negative,
+        task.null_score_diff_threshold)
+    answers = []
+    for example in examples:
+        best = nbest[example.qas_id][0]
+        answers.append({"id": example.qas_id, "answer": predictions[example.qas_id],
+                        "probability": float(best["probability"]),
+                        "start_logit": float(best["start_logit"]),
+                        "end_logit": float(best["end_logit"])})
+    return answers
+
+
+def classify(task, runner, tokenizer, items):
+    """items: dicts with `text` (and optional `text_b`). Returns label and probabilities
+    (or the predicted score for regression)."""
+    placeholder = 0.0 if task.is_regression else task.labels[0]
+    examples = [glue_data.InputExample(str(index), item["text"], item.get("text_b"), placeholder)
+                for index, item in enumerate(items)]
+    features = task._features(examples, tokenizer)
+    outputs = run_in_batches(runner, features)
+    if task.is_regression:
+        return [{"score": float(o["predictions"])} for o in outputs]
+    return [{"label": task.labels[int(np.argmax(o["probabilities"]))],
+             "probabilities": {label: float(p) for label, p in
+                               zip(task.labels, o["probabilities"])}} for o in outputs]
+
+
+def predict(task, runner, tokenizer, items):
+    """Dispatches on the task: SQuAD answers or classifier labels."""
+    if isinstance(task, SquadTask):
+        return answer_questions(task, runner, tokenizer, items)
+    return classify(task, runner, tokenizer, items)
+
+
+def load_saved_model(path):
+    """(task, runner, vocab_file, do_lower_case) of a SavedModel exported by the driver."""
+    metadata, vocab = read_export_metadata(path)
+    return task_from_metadata(metadata), SavedModelRunner(path), vocab, metadata["do_lower_case"]
