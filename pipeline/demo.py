@@ -1,78 +1,187 @@
-"""The end-to-end demo on a corpus that every machine has.
+"""The end-to-end demo: raw text -> pre-trained, fine-tuned, exported, served BERT.
 
-Steps so far: build a corpus from the standard library's docstrings (or `--corpus`), train a
-WordPiece vocabulary on it, build a tiny BERT from the shipped config, save it as a
-Google-format checkpoint, reload it, and encode a sentence, printing what each step produced
-and where. Later stages (pre-training data, pre-training, fine-tuning, export) are added here
-as they land.
+On a corpus every machine has (the Python standard library's docstrings, one module a
+document; or `--corpus`, blank-line-separated documents) it runs, printing what each step made
+and where:
+  1. bertPrep: text_formatting, create_vocab, sharding, create_tfrecord_files (seq 64 and 128)
+  2. run_pretraining phase 1 (seq 64) then phase 2 (seq 128, from phase 1's weights)
+  3. run_classifier on a small task built from the same text: is a sentence about the
+     internet, mail or markup (modules email, http, urllib, xml, ...) or not (SST-2 layout)
+  4. SavedModel export and one inference from it
+Each step calls the same package code as the command-line tools.
 """
+import json
+import math
 import os
+import random
+import re
 import time
 
-import numpy as np
+from absl import flags as absl_flags
 
 
-def _step(title):
-    print(f"\n== {title}", flush=True)
+def _banner(number, title):
+    print(f"\n== {number}. {title}", flush=True)
     return time.time()
 
 
-def run_demo(output_dir, corpus=None, sentence="BERT reads text in both directions at once.",
-             vocab_size=4000, compute_type="float32"):
-    import tensorflow as tf
+def _done(start, what):
+    print(f"   {what} [{time.time() - start:.1f} s]", flush=True)
 
-    from data_prep.builtin_corpus import write_corpus
+
+def _flag_values(define, **values):
+    """A fresh FlagValues with a tool's flags at their defaults, then `values` set."""
+    flag_values = absl_flags.FlagValues()
+    define(flag_values)
+    flag_values(["demo"])
+    for key, value in values.items():
+        setattr(flag_values, key, value)
+    return flag_values
+
+
+def write_stdlib_corpus(path, max_documents=None):
+    """Standard-library docstrings as blank-line-separated documents. Returns the count."""
+    from data_prep.builtin_corpus import iter_documents
+    count = 0
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as writer:
+        for _, text in iter_documents():
+            if max_documents is not None and count >= max_documents:
+                break
+            writer.write(text + "\n\n")
+            count += 1
+    os.replace(tmp, path)
+    return count
+
+
+# Modules whose docstrings talk about the internet, mail and markup: the demo's topic task.
+INTERNET_MODULES = re.compile(r"/(email|http|urllib|xmlrpc|wsgiref|html|xml|smtplib|imaplib|"
+                              r"poplib|ftplib|socket|ssl|mailbox|mimetypes|ipaddress|"
+                              r"socketserver|webbrowser|nntplib|telnetlib|uu|quopri|base64)\b")
+
+
+def write_topic_task(folder, examples_per_class=900, seed=0):
+    """SST-2-layout train/dev TSVs: is a docstring sentence about the internet, mail or markup
+    (label 1) or something else (0)? Modules, not sentences, are split between train and dev
+    (every 5th module goes to dev), so dev measures generalisation to unseen modules."""
+    from data_prep.builtin_corpus import iter_documents
+    rng = random.Random(seed)
+    by_split = {"train": {0: [], 1: []}, "dev": {0: [], 1: []}}
+    for index, (path, text) in enumerate(iter_documents()):
+        label = int(bool(INTERNET_MODULES.search(path)))
+        split = "dev" if index % 5 == 4 else "train"
+        sentences = [s.strip() for s in re.split(r"(?<=[.!?])\s+", text)
+                     if 6 <= len(s.split()) <= 40 and "\t" not in s]
+        by_split[split][label].extend(sentences)
+    sizes = {}
+    os.makedirs(folder, exist_ok=True)
+    for split, limit in (("train", examples_per_class), ("dev", examples_per_class // 4)):
+        count = min(limit, *(len(v) for v in by_split[split].values()))
+        rows = [f"{sentence}\t{label}" for label, sentences in by_split[split].items()
+                for sentence in rng.sample(sentences, count)]
+        rng.shuffle(rows)
+        with open(os.path.join(folder, f"{split}.tsv"), "w", encoding="utf-8") as writer:
+            writer.write("sentence\tlabel\n" + "\n".join(rows) + "\n")
+        sizes[split] = len(rows)
+    return sizes["train"], sizes["dev"]
+
+
+def run_demo(output_dir, corpus=None, phase1_steps=300, phase2_steps=40, n_processes=2):
+    from data_prep.prep_actions import Layout, PrepOptions, run as prep
+    from finetuning.driver import run as finetune
+    from finetuning.flags import define_classifier_flags
+    from finetuning.inference import load_saved_model, predict
     from data_prep.tokenization import FullTokenizer
-    from data_prep.vocab import train_wordpiece_vocab
-    from modeling import BertModel, named_config
-    from modeling.checkpoints import init_from_checkpoint
+    from finetuning.tasks import ClassifierTask
+    from modeling import named_config
+    from pretraining.flags import define_flags as define_pretraining_flags
+    from pretraining.runner import run as pretrain
 
-    tf1 = tf.compat.v1
-    os.makedirs(output_dir, exist_ok=True)
+    output_dir = os.path.abspath(output_dir)
+    work = os.path.join(output_dir, "data")
+    os.makedirs(work, exist_ok=True)
+    total = time.time()
 
-    start = _step("corpus")
+    start = _banner(1, "data preparation (bertPrep.py)")
     if corpus is None:
         corpus = os.path.join(output_dir, "stdlib_docstrings.txt")
-        documents, size = write_corpus(corpus)
-        print(f"built {corpus}: {documents} documents (one Python module each), "
-              f"{size / 1e6:.1f} MB [{time.time() - start:.1f} s]")
-    else:
-        print(f"using {corpus} ({os.path.getsize(corpus) / 1e6:.1f} MB)")
+        count = write_stdlib_corpus(corpus)
+        print(f"   corpus: {corpus}: {count} documents (Python standard library docstrings, "
+              f"{os.path.getsize(corpus) / 1e6:.1f} MB)")
+    base = dict(dataset="custom", working_dir=work, input=(corpus,), n_training_shards=2,
+                n_test_shards=1, fraction_test_set=0.1, n_processes=n_processes, vocab_size=4000,
+                dupe_factor=3, progress=False)
+    layout = Layout(work)
+    for action in ("text_formatting", "create_vocab", "sharding"):
+        prep(PrepOptions(action=action, **base))
+    vocab = layout.vocab_file("custom", True)
+    print(f"   formatted: {layout.formatted_file('custom')}\n   vocab: {vocab}")
+    records = {}
+    for seq, predictions in ((64, 10), (128, 20)):
+        options = PrepOptions(action="create_tfrecord_files", vocab_file=vocab,
+                              max_seq_length=seq, max_predictions_per_seq=predictions, **base)
+        prep(options)
+        records[seq] = layout.tfrecord_dir("custom", options)
+        print(f"   records (seq {seq}): {records[seq]}")
+    _done(start, "data ready")
 
-    start = _step("vocabulary")
-    vocab_file = os.path.join(output_dir, "vocab.txt")
-    count = train_wordpiece_vocab([corpus], vocab_file, vocab_size=vocab_size)
-    print(f"trained a {count}-token WordPiece vocab: {vocab_file} [{time.time() - start:.1f} s]")
-
-    start = _step("tiny BERT")
-    config = named_config("tiny").replace(vocab_size=count)
     config_file = os.path.join(output_dir, "bert_config.json")
-    config.to_json_file(config_file)
-    tokenizer = FullTokenizer(vocab_file, do_lower_case=True)
-    tokens = ["[CLS]"] + tokenizer.tokenize(sentence) + ["[SEP]"]
-    ids = np.array([tokenizer.convert_tokens_to_ids(tokens)], np.int32)
-    checkpoint = os.path.join(output_dir, "tiny_bert", "bert_model.ckpt")
-    with tf.Graph().as_default():
-        tf1.set_random_seed(0)
-        BertModel(config, False, tf.zeros([1, 8], tf.int32))
-        with tf1.Session() as session:
-            session.run(tf1.global_variables_initializer())
-            tf1.train.Saver().save(session, checkpoint, write_meta_graph=False)
-    print(f"{config.num_hidden_layers} layers, hidden {config.hidden_size}: config {config_file}, "
-          f"randomly initialised checkpoint {checkpoint} [{time.time() - start:.1f} s]")
+    vocab_size = sum(1 for _ in open(vocab, encoding="utf-8"))
+    named_config("tiny").replace(vocab_size=vocab_size).to_json_file(config_file)
+    phases = {}
+    for phase, seq, predictions, steps, lr, init in (
+            (1, 64, 10, phase1_steps, 5e-3, None), (2, 128, 20, phase2_steps, 2e-3, "phase_1")):
+        start = _banner(1 + phase, f"pre-training phase {phase}: tiny BERT "
+                                   f"(2 layers, hidden 64), seq {seq}, {steps} LAMB steps")
+        out = os.path.join(output_dir, f"phase_{phase}")
+        values = _flag_values(
+            define_pretraining_flags, bert_config_file=config_file,
+            input_files_dir=os.path.join(records[seq], "custom_training_*.tfrecord"),
+            eval_files_dir=os.path.join(records[seq], "custom_test_*.tfrecord"),
+            output_dir=out, do_train=True, do_eval=True, max_seq_length=seq,
+            max_predictions_per_seq=predictions, train_batch_size=32, eval_batch_size=32,
+            num_train_steps=steps, num_warmup_steps=max(1, steps // 10), learning_rate=lr,
+            save_checkpoints_steps=max(1, steps // 2), display_loss_steps=max(1, steps // 5),
+            max_eval_steps=10, amp=True, amp_dtype="bfloat16",
+            init_checkpoint=os.path.join(output_dir, init) if init else None,
+            dllog_path=os.path.join(out, "dllog.jsonl"))
+        results = pretrain(values)
+        phases[phase] = results
+        evaluation = results["eval"]
+        _done(start, f"checkpoints in {out}; held-out masked-LM accuracy "
+                     f"{evaluation['masked_lm_accuracy']:.3f}, loss "
+                     f"{evaluation['masked_lm_loss']:.3f} (chance: ln {vocab_size} = "
+                     f"{math.log(vocab_size):.2f})")
 
-    start = _step(f"encode one sentence ({compute_type})")
-    with tf.Graph().as_default():
-        model = BertModel(config, False, tf.constant(ids), compute_type=compute_type)
-        init_from_checkpoint(checkpoint, log=False)
-        with tf1.Session() as session:
-            session.run(tf1.global_variables_initializer())
-            pooled, sequence = session.run([model.get_pooled_output(),
-                                            model.get_sequence_output()])
-    print(f"sentence: {sentence}")
-    print(f"tokens:   {' '.join(tokens)}")
-    print(f"sequence output {sequence.shape}, pooled output {pooled.shape}, "
-          f"norm {np.linalg.norm(pooled):.4f}")
-    print("pooled[:8] = " + " ".join(f"{x:+.4f}" for x in pooled[0, :8]))
-    print(f"[{time.time() - start:.1f} s]")
-    return pooled
+    start = _banner(4, "fine-tuning (run_classifier.py): is a sentence about the internet?")
+    task_dir = os.path.join(output_dir, "topic_task")
+    train_size, dev_size = write_topic_task(task_dir)
+    print(f"   task: {task_dir} ({train_size} train / {dev_size} dev sentences, SST-2 layout; "
+          f"dev modules unseen in training)")
+    out = os.path.join(output_dir, "finetuned")
+    export_dir = os.path.join(output_dir, "export")
+    values = _flag_values(
+        define_classifier_flags, task_name="sst-2", data_dir=task_dir, vocab_file=vocab,
+        bert_config_file=config_file, init_checkpoint=os.path.join(output_dir, "phase_2"),
+        output_dir=out, do_train=True, do_eval=True, max_seq_length=64, train_batch_size=32,
+        learning_rate=5e-4, num_train_epochs=3.0, export_dir=export_dir,
+        display_loss_steps=20)
+    results = finetune(ClassifierTask("sst-2", task_dir, 64), values)
+    dev = results["dev"]
+    _done(start, f"dev accuracy {dev['accuracy']:.3f} (chance 0.5); "
+                 f"results in {out}/eval_results.txt")
+
+    start = _banner(5, "export and serve")
+    saved_model = results["saved_model"]
+    print(f"   SavedModel: {saved_model}")
+    task, runner, vocab_file, lower = load_saved_model(saved_model)
+    queries = ["Send the message to the mail server and return the HTTP response headers.",
+               "Return the sum of the numbers in the list, sorted in ascending order."]
+    answers = predict(task, runner, FullTokenizer(vocab_file, lower),
+                      [{"text": text} for text in queries])
+    for text, answer in zip(queries, answers):
+        print(f"   {json.dumps(text)} -> label {answer['label']} "
+              f"(P(internet) = {answer['probabilities']['1']:.3f})")
+    _done(start, "served from the SavedModel")
+    print(f"\ndemo finished in {time.time() - total:.0f} s; everything is under {output_dir}")
+    return {"phases": phases, "finetune": results, "answers": answers}

@@ -1,5 +1,6 @@
 """The built-in corpus, vocabulary training and the demo entry point."""
 import os
+import re
 import subprocess
 import sys
 
@@ -59,11 +60,22 @@ def test_vocab_training_errors_name_the_file(tmp_path):
     assert not (tmp_path / "v.txt").exists()
 
 
+@pytest.mark.slow
 def test_demo_runs_end_to_end(tmp_path, repo_root):
+    """prep -> phase 1 -> phase 2 -> fine-tune -> export -> inference, on the stdlib corpus."""
     result = subprocess.run([sys.executable, "demo.py", f"--output_dir={tmp_path}"],
-                            capture_output=True, text=True, cwd=repo_root, timeout=300)
+                            capture_output=True, text=True, cwd=repo_root, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
-    assert "pooled output (1, 64)" in out and "tokens:   [CLS] " in out
-    assert os.path.isfile(tmp_path / "vocab.txt")
-    assert os.path.isfile(tmp_path / "tiny_bert" / "bert_model.ckpt.index")
+    for step in ("1. data preparation", "2. pre-training phase 1", "3. pre-training phase 2",
+                 "4. fine-tuning", "5. export and serve"):
+        assert f"== {step}" in out
+    accuracy = float(re.search(r"dev accuracy ([0-9.]+)", out).group(1))
+    assert accuracy > 0.6, out
+    losses = [float(x) for x in re.findall(r"held-out masked-LM accuracy [0-9.]+, loss ([0-9.]+)", out)]
+    chance = float(re.search(r"chance: ln \d+ = ([0-9.]+)", out).group(1))
+    assert len(losses) == 2 and max(losses) < chance - 1.0
+    labels = re.findall(r"-> label (\d)", out)
+    assert labels == ["1", "0"], out
+    assert os.path.isfile(tmp_path / "phase_2" / "checkpoint")
+    assert list((tmp_path / "export").glob("*/saved_model.pb"))
