@@ -1,0 +1,452 @@
+"""Throughput of a BERT pre-training step on this machine, against its measured matmul ceiling.
+
+Prints (markdown) three tables:
+
+1. the matmul ceiling: GFLOP/s of one large ``tf.matmul`` (``--matmul_size``^3, default
+   2048) in float32 and bfloat16, timed after warm-up, in a process set up like the training
+   ones (same thread settings); the same matmul compiled by XLA is shown for information;
+2. the training step for each of {fp32, bf16} x {XLA off, on}: sequences/s, achieved
+   TFLOP/s (= sequences/s x ``training.flops.training_flops_per_sequence``), the share of
+   the matching-precision ceiling (bf16 runs against the bf16 ceiling, fp32 against fp32),
+   mean step time, the first (compiling) step, CPU cores busy, peak RSS and XLA clusters;
+3. what the same FLOP arithmetic predicts per GPU (A100, H100 SXM) for BERT-base and
+   BERT-large at seq 128 and 512, at an assumed model-FLOPs utilisation (``--mfu``).
+
+The step is the one run_pretraining trains: ``pretraining.model_fn.make_model_fn`` (BERT,
+masked-LM and next-sentence heads via ``pretraining_losses``, then ``train_spec`` ->
+``create_train_op`` with NVLAMB, no Horovod, no loss scaling since bf16 needs none), fed
+from a ``tf.data`` pipeline over a few in-memory batches of random records shaped like
+create_pretraining_data's (int32 ids, mask, segments, masked positions/ids/weights, next-
+sentence labels), run in a TF1 session configured like ``training.run_config`` (XLA:
+``global_jit_level = ON_1``). Warm-up steps (graph optimisation, XLA's compilation, which
+happens on the first runs of each cluster) are excluded; then ``--steps`` steps are timed.
+
+TensorFlow reads ``TF_XLA_FLAGS=--tf_xla_cpu_global_jit`` once, when it is imported, so
+every measurement runs in a child process of this script (``--worker ceiling|train``) that
+prints one JSON line; this parent process never imports TensorFlow.
+
+    python bench/pretrain.py [--model base] [--batch_size 8] [--seq_length 128]
+        [--predictions 20] [--steps 10] [--warmup_steps 3]
+        [--configs fp32,fp32+xla,bf16,bf16+xla] [--threads 0] [--mfu 0.4]
+    python bench/pretrain.py --model tiny --steps 3          # a quick check (~1 min)
+
+The machine is shared while developing: the table reports the load average around each
+run and the CPU cores the run kept busy (CPU seconds / wall seconds).
+"""
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+
+from training.flops import PEAK_TFLOPS, training_flops_per_sequence  # noqa: E402 (no TF)
+from training.xla_env import XLA_CPU_FLAG  # noqa: E402 (no TF)
+
+CONFIGS = ("fp32", "fp32+xla", "bf16", "bf16+xla")
+PRECISIONS = {"fp32": "float32", "bf16": "bfloat16"}
+# The GPU table: (model, sequence length, masked-LM predictions); 20/80 are the predictions
+# of BERT's phase 1 (seq 128) and phase 2 (seq 512).
+GPU_CASES = (("base", 128, 20), ("base", 512, 80), ("large", 128, 20), ("large", 512, 80))
+GPUS = ("A100", "H100")
+
+
+def named_config(name):
+    """``modeling.config.named_config`` without importing the ``modeling`` package, whose
+    ``__init__`` imports TensorFlow (the parent must not: the workers set XLA's flag before
+    theirs). ``modeling/config.py`` itself only uses json/os/copy."""
+    spec = importlib.util.spec_from_file_location(
+        "_bench_bert_config", os.path.join(REPO, "modeling", "config.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.named_config(name)
+
+
+# ----------------------------------------------------------------------------- workers
+
+def session_config(tf, threads, inter_threads, xla):
+    """The ConfigProto of ``training.run_config`` (single worker), with optional threads."""
+    config = tf.compat.v1.ConfigProto(allow_soft_placement=True)
+    if threads:
+        config.intra_op_parallelism_threads = threads
+    if inter_threads:
+        config.inter_op_parallelism_threads = inter_threads
+    if xla:
+        config.graph_options.optimizer_options.global_jit_level = \
+            tf.compat.v1.OptimizerOptions.ON_1
+    return config
+
+
+def count_xla_clusters(tf, session, fetches):
+    """Runs `fetches` once with partition graphs returned; counts the XLA launches in them
+    (auto-clustering rewrites each cluster into an _XlaCompile/_XlaRun pair)."""
+    options = tf.compat.v1.RunOptions(output_partition_graphs=True)
+    metadata = tf.compat.v1.RunMetadata()
+    start = time.perf_counter()
+    session.run(fetches, options=options, run_metadata=metadata)
+    seconds = time.perf_counter() - start
+    clusters = sum(1 for graph in metadata.partition_graphs for node in graph.node
+                   if node.op in ("_XlaRun", "XlaLaunch"))
+    return clusters, seconds
+
+
+def worker_ceiling(args):
+    """GFLOP/s of an n x n x n matmul per dtype, plain TensorFlow (oneDNN) and XLA-compiled."""
+    import numpy as np
+    import tensorflow as tf
+    tf1 = tf.compat.v1
+    n = args.matmul_size
+    flops = 2.0 * n ** 3
+    results = {}
+    with tf.Graph().as_default():
+        rng = np.random.default_rng(0)
+        ops = {}
+        xla_matmul = tf.function(tf.linalg.matmul, jit_compile=True)
+        for name, dtype in (("fp32", tf.float32), ("bf16", tf.bfloat16)):
+            # Variables, not constants: grappler would fold a matmul of constants.
+            a = tf1.Variable(tf.cast(rng.standard_normal((n, n), np.float32), dtype))
+            b = tf1.Variable(tf.cast(rng.standard_normal((n, n), np.float32), dtype))
+            ops[name] = tf.linalg.matmul(a, b).op
+            ops[name + "+xla"] = xla_matmul(a, b).op
+        with tf1.Session(config=session_config(tf, args.threads, args.inter_threads,
+                                               False)) as session:
+            session.run(tf1.global_variables_initializer())
+            for key, op in ops.items():
+                for _ in range(2):
+                    session.run(op)
+                times = []
+                start, cpu0 = time.perf_counter(), time.process_time()
+                while len(times) < 3 or time.perf_counter() - start < args.matmul_seconds:
+                    t0 = time.perf_counter()
+                    session.run(op)
+                    times.append(time.perf_counter() - t0)
+                cores = (time.process_time() - cpu0) / (time.perf_counter() - start)
+                results[key] = {"gflops": flops * len(times) / sum(times) / 1e9,
+                                "best_gflops": flops / min(times) / 1e9, "runs": len(times),
+                                "cpu_cores_busy": cores}
+    return {"kind": "ceiling", "n": n, "results": results, "tf_version": tf.__version__}
+
+
+def random_records(config, count, seq, predictions, seed=0):
+    """`count` random pre-training records (numpy), shaped and typed as the input pipeline
+    delivers them: each sequence is [CLS] A [SEP] B [SEP] + padding with 3/4 to all of `seq`
+    real tokens, masked positions distinct and inside the real tokens."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, config.vocab_size, (count, seq), dtype=np.int32)
+    mask = np.zeros((count, seq), np.int32)
+    segments = np.zeros((count, seq), np.int32)
+    positions = np.zeros((count, predictions), np.int32)
+    for row in range(count):
+        length = int(rng.integers(max(predictions + 3, (3 * seq) // 4), seq + 1))
+        mask[row, :length] = 1
+        segments[row, int(rng.integers(2, length - 1)):length] = 1
+        positions[row] = np.sort(rng.choice(np.arange(1, length - 1), predictions,
+                                            replace=False))
+    ids = ids * mask
+    return {
+        "input_ids": ids,
+        "input_mask": mask,
+        "segment_ids": segments,
+        "masked_lm_positions": positions,
+        "masked_lm_ids": rng.integers(0, config.vocab_size, (count, predictions),
+                                      dtype=np.int32),
+        "masked_lm_weights": np.ones((count, predictions), np.float32),
+        "next_sentence_labels": rng.integers(0, 2, (count, 1), dtype=np.int32),
+    }
+
+
+def worker_train(args):
+    """Builds run_pretraining's training step and times it; returns a dict (one JSON line)."""
+    import numpy as np
+    import tensorflow as tf
+    from modeling import named_config as shipped_config
+    from pretraining.model_fn import make_model_fn
+    from training.settings import TrainingSettings, precision_settings
+    tf1 = tf.compat.v1
+
+    config = shipped_config(args.model)
+    compute_type, loss_scale = precision_settings(args.precision == "bf16",
+                                                  PRECISIONS[args.precision])
+    settings = TrainingSettings(
+        bert_config=config, learning_rate=1e-4, num_train_steps=100000,
+        num_warmup_steps=100, optimizer_type="lamb", compute_type=compute_type,
+        loss_scale=loss_scale)
+    records = random_records(config, args.batch_size * args.pool_batches, args.seq_length,
+                             args.predictions)
+
+    build_start = time.perf_counter()
+    with tf.Graph().as_default():
+        tf1.set_random_seed(12345)
+        dataset = (tf.data.Dataset.from_tensor_slices(records).repeat()
+                   .batch(args.batch_size, drop_remainder=True).prefetch(2))
+        features = tf1.data.make_one_shot_iterator(dataset).get_next()
+        spec = make_model_fn(settings)(features, None, tf.estimator.ModeKeys.TRAIN)
+        fetches = {"train_op": spec.train_op, "loss": spec.loss}
+        parameters = sum(int(np.prod(v.shape)) for v in tf1.trainable_variables())
+        init = tf1.global_variables_initializer()
+        tf1.get_default_graph().finalize()
+        with tf1.Session(config=session_config(tf, args.threads, args.inter_threads,
+                                               args.xla)) as session:
+            session.run(init)
+            build_seconds = time.perf_counter() - build_start
+            warmup_times = []
+            clusters = None
+            for step in range(args.warmup_steps):
+                if step == args.warmup_steps - 1:
+                    clusters, seconds = count_xla_clusters(tf, session, fetches)
+                else:
+                    t0 = time.perf_counter()
+                    session.run(fetches)
+                    seconds = time.perf_counter() - t0
+                warmup_times.append(seconds)
+            times, losses = [], []
+            cpu0, wall0 = time.process_time(), time.perf_counter()
+            for _ in range(args.steps):
+                t0 = time.perf_counter()
+                values = session.run(fetches)
+                times.append(time.perf_counter() - t0)
+                losses.append(float(values["loss"]))
+            wall = time.perf_counter() - wall0
+            cpu = time.process_time() - cpu0
+
+    flops = training_flops_per_sequence(config, args.seq_length, args.predictions)
+    sequences_per_second = args.batch_size * args.steps / wall
+    return {
+        "kind": "train", "config": args.precision + ("+xla" if args.xla else ""),
+        "model": args.model, "batch_size": args.batch_size, "seq_length": args.seq_length,
+        "predictions": args.predictions, "parameters": parameters,
+        "steps": args.steps, "step_seconds": times, "warmup_seconds": warmup_times,
+        "build_seconds": build_seconds, "mean_step_seconds": wall / args.steps,
+        "sequences_per_second": sequences_per_second,
+        "flops_per_sequence": flops, "tflops": sequences_per_second * flops / 1e12,
+        "cpu_cores_busy": cpu / wall, "xla_clusters": clusters,
+        "losses_finite": bool(np.all(np.isfinite(losses))), "last_loss": losses[-1],
+        "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20,
+        "tf_xla_flags": os.environ.get("TF_XLA_FLAGS", ""), "tf_version": tf.__version__,
+    }
+
+
+def run_worker(args):
+    if args.xla:
+        from training.xla_env import enable_cpu_xla
+        if not enable_cpu_xla():
+            raise SystemExit("TensorFlow was imported before XLA's CPU flag was set")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    result = worker_ceiling(args) if args.worker == "ceiling" else worker_train(args)
+    print(json.dumps(result), flush=True)
+
+
+# ----------------------------------------------------------------------------- parent
+
+def spawn(args, worker, precision="fp32", xla=False):
+    """Runs one worker in a fresh interpreter; returns its JSON dict or {'error': ...}."""
+    command = [sys.executable, os.path.abspath(__file__), "--worker", worker,
+               "--precision", precision, "--model", args.model,
+               "--batch_size", str(args.batch_size), "--seq_length", str(args.seq_length),
+               "--predictions", str(args.predictions), "--steps", str(args.steps),
+               "--warmup_steps", str(args.warmup_steps), "--threads", str(args.threads),
+               "--inter_threads", str(args.inter_threads),
+               "--pool_batches", str(args.pool_batches),
+               "--matmul_size", str(args.matmul_size),
+               "--matmul_seconds", str(args.matmul_seconds)]
+    env = dict(os.environ)
+    # Each worker decides on XLA's flag itself; none inherits it from the caller's shell.
+    env["TF_XLA_FLAGS"] = " ".join(f for f in env.get("TF_XLA_FLAGS", "").split()
+                                   if f != XLA_CPU_FLAG)
+    if xla:
+        command.append("--xla")
+    load_before = os.getloadavg()[0]
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(command, env=env, capture_output=True, text=True,
+                              timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {args.timeout} s"}
+    seconds = time.perf_counter() - start
+    if args.verbose and proc.stderr:
+        sys.stderr.write(proc.stderr)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"error": f"exit {proc.returncode}: {tail[:200]}"}
+    result = json.loads(lines[-1])
+    result["process_seconds"] = seconds
+    result["load_before"], result["load_after"] = load_before, os.getloadavg()[0]
+    return result
+
+
+def ceilings_by_precision(ceiling):
+    """The machine's matmul ceiling per precision: the faster of TF's and XLA's matmul."""
+    results = ceiling.get("results", {})
+    return {p: max((results[k]["gflops"] for k in (p, p + "+xla") if k in results),
+                   default=None) for p in PRECISIONS}
+
+
+def print_ceiling(ceiling, threads):
+    n = ceiling.get("n")
+    print(f"### Matmul ceiling ({n}x{n}x{n}, tf.matmul in a TF1 session, "
+          f"intra-op threads {threads or 'default'})\n")
+    if "error" in ceiling:
+        print(f"ceiling worker failed: {ceiling['error']}\n")
+        return
+    print("| matmul | GFLOP/s (mean) | GFLOP/s (best run) | runs | CPU cores busy |")
+    print("|---|---:|---:|---:|---:|")
+    labels = {"fp32": "float32", "bf16": "bfloat16", "fp32+xla": "float32, XLA-compiled",
+              "bf16+xla": "bfloat16, XLA-compiled"}
+    for key, label in labels.items():
+        r = ceiling["results"].get(key)
+        if r:
+            print(f"| {label} | {r['gflops']:.0f} | {r['best_gflops']:.0f} | {r['runs']} | "
+                  f"{r['cpu_cores_busy']:.2f} |")
+    print(f"\nload average (1 min) before/after: {ceiling['load_before']:.2f} / "
+          f"{ceiling['load_after']:.2f}\n")
+
+
+def print_training(rows, ceilings, args):
+    config = named_config(args.model)
+    flops = training_flops_per_sequence(config, args.seq_length, args.predictions)
+    print(f"### BERT-{args.model} pre-training step (LAMB), batch {args.batch_size}, "
+          f"seq {args.seq_length}, {args.predictions} predictions: {flops / 1e9:.1f} GFLOP "
+          f"per sequence; {args.steps} timed steps after {args.warmup_steps} warm-up\n")
+    print("| config | seq/s | TFLOP/s | % of matmul ceiling | step s (mean) | step s (min-max) "
+          "| first step s | build s | CPU cores busy | peak RSS GB | XLA clusters | load before/after |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, r in rows:
+        if "error" in r:
+            print(f"| {name} | failed: {r['error']} |" + " |" * 11)
+            continue
+        ceiling = ceilings.get(name.split("+")[0])
+        share = f"{100 * r['tflops'] * 1e3 / ceiling:.1f}" if ceiling else "n/a"
+        steps = r["step_seconds"]
+        finite = "" if r["losses_finite"] else " (loss not finite!)"
+        print(f"| {name}{finite} | {r['sequences_per_second']:.2f} | {r['tflops']:.3f} | "
+              f"{share} | {r['mean_step_seconds']:.3f} | {min(steps):.3f}-{max(steps):.3f} | "
+              f"{r['warmup_seconds'][0]:.1f} | {r['build_seconds']:.1f} | "
+              f"{r['cpu_cores_busy']:.2f} | {r['peak_rss_gb']:.1f} | "
+              f"{r['xla_clusters']} | {r['load_before']:.2f} / {r['load_after']:.2f} |")
+    print("\nTFLOP/s = seq/s x training FLOPs per sequence (matmuls only, 3x forward: "
+          "training/flops.py); % = TFLOP/s / the same precision's matmul ceiling above.\n")
+
+
+def print_gpu_estimates(mfu):
+    print(f"### Expected per-GPU throughput from FLOP arithmetic, at {100 * mfu:.0f}% MFU "
+          "(dense bf16/fp16 peak)\n")
+    header = " | ".join(f"{gpu} ({PEAK_TFLOPS[gpu]:.0f} TFLOP/s) seq/s" for gpu in GPUS)
+    print(f"| model | seq | predictions | GFLOP/sequence (training) | {header} |")
+    print("|---|---:|---:|---:|" + "---:|" * len(GPUS))
+    configs = {}
+    for model, seq, predictions in GPU_CASES:
+        config = configs.setdefault(model, named_config(model))
+        flops = training_flops_per_sequence(config, seq, predictions)
+        rates = " | ".join(f"{mfu * PEAK_TFLOPS[gpu] * 1e12 / flops:,.0f}" for gpu in GPUS)
+        print(f"| BERT-{model} | {seq} | {predictions} | {flops / 1e9:.1f} | {rates} |")
+    print(f"\nseq/s per GPU = MFU x peak / training FLOPs per sequence. {100 * mfu:.0f}% is "
+          "an assumption (--mfu): NVIDIA's published single-GPU BERT-large phase-1 numbers "
+          "correspond to ~32% (PyTorch, 2020) to ~53% (PaddlePaddle with fused attention, "
+          "2022) on A100, and H100 is harder to keep busy (peak FLOPs grew ~3.2x, memory "
+          "bandwidth ~1.7x); see bench/README.md.\n")
+
+
+def run_parent(args):
+    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    unknown = [c for c in configs if c not in CONFIGS]
+    if unknown:
+        raise SystemExit(f"unknown --configs {unknown}; choose from {', '.join(CONFIGS)}")
+    try:
+        config = named_config(args.model)
+    except ValueError as err:  # modeling.config.ConfigError
+        raise SystemExit(f"--model: {err}") from None
+    if not 0 < args.seq_length <= config.max_position_embeddings:
+        raise SystemExit(f"--seq_length must be in 1..{config.max_position_embeddings}")
+    if not 0 < args.predictions <= args.seq_length - 3:
+        raise SystemExit("--predictions must be in 1..seq_length-3")
+    if args.batch_size < 1 or args.steps < 1 or args.warmup_steps < 1:
+        raise SystemExit("--batch_size, --steps and --warmup_steps must be at least 1")
+    print(f"# bench/pretrain.py: {platform.processor() or platform.machine()}, "
+          f"{os.cpu_count()} CPUs, {cpu_model()}; {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+    ceiling = {"n": args.matmul_size}
+    if not args.skip_ceiling:
+        ceiling = spawn(args, "ceiling")
+        ceiling.setdefault("n", args.matmul_size)
+        print_ceiling(ceiling, args.threads)
+        sys.stdout.flush()
+    ceilings = ceilings_by_precision(ceiling) if "results" in ceiling else {}
+    rows = []
+    for name in configs:
+        precision, xla = name.split("+")[0], name.endswith("+xla")
+        print(f"running {name} ...", file=sys.stderr, flush=True)
+        rows.append((name, spawn(args, "train", precision, xla)))
+    print_training(rows, ceilings, args)
+    print_gpu_estimates(args.mfu)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"args": vars(args), "ceiling": ceiling, "train": dict(rows)}, f,
+                      indent=1)
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            info = f.read()
+    except OSError:
+        return "unknown CPU"
+    name = next((line.split(":", 1)[1].strip() for line in info.splitlines()
+                 if line.startswith("model name")), "unknown CPU")
+    flags = next((line.split(":", 1)[1].split() for line in info.splitlines()
+                  if line.startswith("flags")), [])
+    isa = [f for f in ("avx512f", "avx512_bf16", "amx_bf16", "amx_tile") if f in flags]
+    return f"{name} ({', '.join(isa) or 'no AVX-512'})"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="base", help="shipped config: base, large, tiny")
+    parser.add_argument("--batch_size", type=int, default=8,
+                        help="sequences per step (8: a base fp32 step takes a few seconds "
+                             "on 2 cores and ~4 GB)")
+    parser.add_argument("--seq_length", type=int, default=128)
+    parser.add_argument("--predictions", type=int, default=20,
+                        help="masked-LM predictions per sequence")
+    parser.add_argument("--steps", type=int, default=10, help="timed steps")
+    parser.add_argument("--warmup_steps", type=int, default=3,
+                        help="untimed steps first (XLA compiles a cluster on its first "
+                             "runs; the last warm-up step also counts the XLA clusters)")
+    parser.add_argument("--configs", default=",".join(CONFIGS),
+                        help=f"comma-separated subset of {', '.join(CONFIGS)}")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="intra-op threads (0: TensorFlow's default, all cores)")
+    parser.add_argument("--inter_threads", type=int, default=0,
+                        help="inter-op threads (0: TensorFlow's default)")
+    parser.add_argument("--pool_batches", type=int, default=4,
+                        help="distinct random batches cycled by the input pipeline")
+    parser.add_argument("--matmul_size", type=int, default=2048)
+    parser.add_argument("--matmul_seconds", type=float, default=3.0,
+                        help="time each ceiling matmul at least this long")
+    parser.add_argument("--skip_ceiling", action="store_true")
+    parser.add_argument("--mfu", type=float, default=0.40,
+                        help="model FLOPs utilisation assumed for the GPU estimates")
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds per worker")
+    parser.add_argument("--json", help="also write all raw results to this file")
+    parser.add_argument("--verbose", action="store_true", help="show the workers' stderr")
+    # Internal: one measurement in this process (TensorFlow is imported here).
+    parser.add_argument("--worker", choices=("ceiling", "train"), help=argparse.SUPPRESS)
+    parser.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32",
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--xla", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        run_worker(args)
+    else:
+        run_parent(args)
+
+
+if __name__ == "__main__":
+    main()
