@@ -10,22 +10,11 @@ import numpy as np
 import pytest
 
 from bertprep_support import BOOKS, WIKI_DUMP, FixtureServer, run_bertprep
+from google_reference import google_name_to_features
 
 SHARD_FLAGS = ["--n_training_shards", "3", "--n_test_shards", "1", "--fraction_test_set", "0.05"]
 
 
-def google_name_to_features(max_seq_length, max_predictions_per_seq):
-    """Exactly the feature spec of Google's run_pretraining.py input_fn_builder."""
-    import tensorflow as tf
-    return {
-        "input_ids": tf.io.FixedLenFeature([max_seq_length], tf.int64),
-        "input_mask": tf.io.FixedLenFeature([max_seq_length], tf.int64),
-        "segment_ids": tf.io.FixedLenFeature([max_seq_length], tf.int64),
-        "masked_lm_positions": tf.io.FixedLenFeature([max_predictions_per_seq], tf.int64),
-        "masked_lm_ids": tf.io.FixedLenFeature([max_predictions_per_seq], tf.int64),
-        "masked_lm_weights": tf.io.FixedLenFeature([max_predictions_per_seq], tf.float32),
-        "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64),
-    }
 
 
 def parse_records(path, max_seq_length, max_predictions_per_seq):

@@ -13,6 +13,7 @@ import pytest
 
 from data_prep import pretraining_data as pdata
 from data_prep import tfrecord_writer as tw
+import google_reference
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_SEQ = 128
@@ -20,17 +21,7 @@ MAX_PRED = 20
 
 
 def google_name_to_features(max_seq_length=MAX_SEQ, max_predictions_per_seq=MAX_PRED):
-    """Exactly the feature spec of Google's run_pretraining.py input_fn_builder."""
-    import tensorflow as tf
-    return {
-        "input_ids": tf.io.FixedLenFeature([max_seq_length], tf.int64),
-        "input_mask": tf.io.FixedLenFeature([max_seq_length], tf.int64),
-        "segment_ids": tf.io.FixedLenFeature([max_seq_length], tf.int64),
-        "masked_lm_positions": tf.io.FixedLenFeature([max_predictions_per_seq], tf.int64),
-        "masked_lm_ids": tf.io.FixedLenFeature([max_predictions_per_seq], tf.int64),
-        "masked_lm_weights": tf.io.FixedLenFeature([max_predictions_per_seq], tf.float32),
-        "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64),
-    }
+    return google_reference.google_name_to_features(max_seq_length, max_predictions_per_seq)
 
 
 def parse_with_tensorflow(path, max_seq_length=MAX_SEQ, max_predictions_per_seq=MAX_PRED):
