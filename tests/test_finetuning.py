@@ -144,6 +144,18 @@ def test_classifier_train_eval_predict_export_and_serve(shared_data, tiny_model,
     for label, p in from_saved["probabilities"].items():
         assert abs(p - from_ckpt["probabilities"][label]) < 1e-5
 
+    # scripts/run_glue.sh with NVIDIA's positional arguments, from the fine-tuned checkpoint
+    glue_dir = tmp_path / "glue"
+    glue_dir.mkdir()
+    os.symlink(data, glue_dir / "SST-2")
+    env = dict(os.environ, BERT_DIR=str(tiny_model), GLUE_DIR=str(glue_dir), PYTHON=sys.executable,
+               RESULTS_DIR=str(tmp_path / "glue_results"))
+    result = subprocess.run(["bash", "scripts/run_glue.sh", "SST-2", "16", "1e-4", "bf16", "false",
+                             "1", "32", "64", "base", "1.0", "0.1", str(out)],
+                            capture_output=True, text=True, cwd=repo_root, env=env, timeout=600)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert "accuracy" in (tmp_path / "glue_results" / "eval_results.txt").read_text()
+
 
 def test_squad_train_predict_export_and_serve(shared_data, tiny_model, tmp_path, repo_root):
     paths = split_squad(shared_data, str(tmp_path), fraction=0.3)
@@ -172,6 +184,19 @@ def test_squad_train_predict_export_and_serve(shared_data, tiny_model, tmp_path,
         "--context=Pride and Prejudice is a novel written by Jane Austen in 1813.").splitlines()[-1])
     assert answer["answer"] and answer["answer"] in (
         "Pride and Prejudice is a novel written by Jane Austen in 1813.")
+    # scripts/run_squad.sh with NVIDIA's positional arguments, from the fine-tuned checkpoint
+    squad_dir = tmp_path / "squad"
+    squad_dir.mkdir()
+    os.symlink(paths["train"], squad_dir / "train-v1.1.json")
+    os.symlink(paths["predict"], squad_dir / "dev-v1.1.json")
+    env = dict(os.environ, BERT_DIR=str(tiny_model), SQUAD_DIR=str(squad_dir),
+               PYTHON=sys.executable, RESULTS_DIR=str(tmp_path / "squad_results"))
+    result = subprocess.run(["bash", "scripts/run_squad.sh", "16", "1e-4", "fp32", "false", "1",
+                             "96", "48", "base", "1.1", str(out), "0.2"],
+                            capture_output=True, text=True, cwd=repo_root, env=env, timeout=600)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert set(json.loads((tmp_path / "squad_results" / "predictions.json").read_text())) == ids
+
     inputs = {"input_ids": [[2] + [7] * 94 + [3]], "input_mask": [[1] * 96],
               "segment_ids": [[0] * 96], "unique_ids": [1000000000]}
     served = serve_in_fresh_process(saved_model, inputs, repo_root)
