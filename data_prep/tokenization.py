@@ -33,6 +33,9 @@ see ``FullTokenizer``.
 """
 import collections
 import functools
+import hashlib
+import itertools
+import json
 import os
 import re
 import unicodedata
@@ -326,7 +329,19 @@ class _CharTables:
         return cls._instance
 
     def __init__(self):
-        removed, marks, punctuation = [], {}, {}
+        removed, marks, punctuation = self._load_or_scan()
+        self.removed = re.compile(_char_class(_to_ranges(removed)))
+        # re.split with a capturing group keeps the separators; " ".join then puts
+        # spaces around each of them without a Python call per match.
+        self.cjk = re.compile("(%s)" % _char_class(_CJK_RANGES))
+        # str.translate tables: delete marks, isolate punctuation
+        self.marks = dict.fromkeys(marks)
+        self.punctuation = {cp: f" {chr(cp)} " for cp in punctuation}
+
+    @staticmethod
+    def _scan():
+        """(removed, marks, punctuation) code points, from the reference's predicates."""
+        removed, marks, punctuation = [], [], []
         # Only these categories (and ASCII) can match a predicate below; testing the
         # category first keeps the scan of all 1.1M code points to a fraction of a second.
         relevant = {"Cc", "Cf", "Mn", "Pc", "Pd", "Ps", "Pe", "Pi", "Pf", "Po"}
@@ -338,15 +353,38 @@ class _CharTables:
             if cp == 0 or cp == 0xFFFD or _is_control(char):
                 removed.append(cp)
             elif _is_punctuation(char):
-                punctuation[cp] = f" {char} "
+                punctuation.append(cp)
             if category == "Mn":
-                marks[cp] = None
-        self.removed = re.compile(_char_class(_to_ranges(removed)))
-        # re.split with a capturing group keeps the separators; " ".join then puts
-        # spaces around each of them without a Python call per match.
-        self.cjk = re.compile("(%s)" % _char_class(_CJK_RANGES))
-        self.marks = marks  # str.translate tables: delete marks, isolate punctuation
-        self.punctuation = punctuation
+                marks.append(cp)
+        return removed, marks, punctuation
+
+    @classmethod
+    def _load_or_scan(cls):
+        """The scan takes ~0.5 s, paid by every data-preparation worker process; its
+        result depends only on this module and Python's Unicode tables, so it is cached
+        on disk under that key (recomputed whenever either changes)."""
+        with open(__file__, "rb") as source:
+            key = hashlib.sha256(source.read() + unicodedata.unidata_version.encode())
+        cache_dir = os.environ.get("BERT_CACHE_DIR",
+                                   os.path.join(os.path.expanduser("~"), ".cache", "bert-tf"))
+        path = os.path.join(cache_dir, f"char_tables-{key.hexdigest()[:16]}.json")
+        try:
+            with open(path, encoding="utf-8") as reader:
+                cached = json.load(reader)
+            return cached["removed"], cached["marks"], cached["punctuation"]
+        except (OSError, ValueError, KeyError):
+            pass
+        removed, marks, punctuation = cls._scan()
+        try:
+            os.makedirs(cache_dir, exist_ok=True)
+            tmp = f"{path}.tmp-{os.getpid()}"
+            with open(tmp, "w", encoding="utf-8") as writer:
+                json.dump({"removed": removed, "marks": marks, "punctuation": punctuation},
+                          writer)
+            os.replace(tmp, path)
+        except OSError:  # a read-only home: just scan every time
+            pass
+        return removed, marks, punctuation
 
 
 def _split_words(text, do_lower_case, tables):
@@ -441,7 +479,8 @@ class FullTokenizer:
         if self.is_sentencepiece:
             return self._sp.encode(self._sp_inputs(texts), out_type=int)
         word_lists, word_ids = self._words_and_ids(texts)
-        return [[i for word in words for i in word_ids[word]] for words in word_lists]
+        lookup, chain = word_ids.__getitem__, itertools.chain.from_iterable
+        return [list(chain(map(lookup, words))) for words in word_lists]
 
     def tokenize_reference(self, text):
         """The pure-Python reference (slow); ``tokenize`` must always agree with it."""
