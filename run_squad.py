@@ -7,24 +7,10 @@
 Writes predictions.json, nbest_predictions.json (null_odds.json for v2.0) and, when the
 predict file has answers, eval_results.txt with the official metric.
 """
-import sys
-
-from absl import app, flags
-
+from finetuning.entry_point import run
 from finetuning.flags import define_squad_flags
 
 define_squad_flags()
 
-
-def main(_):
-    if flags.FLAGS.use_xla:
-        from training.xla_env import enable_cpu_xla
-        enable_cpu_xla()  # before TensorFlow is imported
-    from finetuning.driver import main as driver_main
-    from finetuning.tasks import SquadTask
-    return driver_main(SquadTask.from_flags, flags.FLAGS)
-
-
 if __name__ == "__main__":
-    flags.mark_flags_as_required(["vocab_file", "bert_config_file", "output_dir"])
-    sys.exit(app.run(main))
+    run("SquadTask")
