@@ -20,25 +20,13 @@ from finetuning.tasks import TaskDataError
 from modeling import BertConfig, ConfigError
 from modeling.checkpoints import CheckpointError, resolve_checkpoint
 from training.distributed import Workers
-from training.hooks import PreemptionHook, StepLoggingHook
+from training.hooks import StepLoggingHook
 from training.records import record_input_fn
 from training.run_config import make_run_config
-from training.settings import TrainingSettings, precision_settings
-from training.train_step import MICRO_STEP_NAME
+from training.resume import train_resuming
+from training.settings import TrainingSettings, UsageError, precision_settings
 
 tf1 = tf.compat.v1
-
-
-class UsageError(ValueError):
-    """Flags that cannot work together."""
-
-
-def _latest_value(model_dir, name):
-    latest = tf1.train.latest_checkpoint(model_dir) if tf.io.gfile.isdir(model_dir) else None
-    if latest is None:
-        return 0
-    reader = tf.train.load_checkpoint(latest)
-    return int(reader.get_tensor(name)) if reader.has_tensor(name) else 0
 
 
 def training_schedule(num_examples, flags, num_workers):
@@ -108,20 +96,19 @@ def run(task, flags):
     estimator = tf.estimator.Estimator(make_model_fn(task, settings, logging_hooks),
                                        config=run_config)
 
-    if flags.do_train and _latest_value(flags.output_dir, "global_step") < num_train_steps:
-        input_fn = record_input_fn(
-            [train_file], flags.train_batch_size, task.feature_spec(is_training=True), True,
-            seed=flags.seed, num_shards=workers.size, shard_index=workers.rank,
-            skip_records_fn=lambda: _latest_value(flags.output_dir, MICRO_STEP_NAME)
-            * flags.train_batch_size)
-        preemption = PreemptionHook(os.path.join(flags.output_dir, "model.ckpt"),
-                                    workers.is_chief)
-        estimator.train(input_fn, max_steps=num_train_steps,
-                        hooks=workers.hooks() + [preemption])
-        results["train"] = log_hooks[-1].summary() if log_hooks else {}
-        if preemption.received is not None:
-            results["preempted"] = True
-            return results
+    if flags.do_train:
+        def train_input_fn(skip_records_fn):
+            return record_input_fn(
+                [train_file], flags.train_batch_size, task.feature_spec(is_training=True),
+                True, seed=flags.seed, num_shards=workers.size, shard_index=workers.rank,
+                skip_records_fn=skip_records_fn)
+        preemption = train_resuming(estimator, train_input_fn, flags.output_dir,
+                                    num_train_steps, flags.train_batch_size, workers)
+        if preemption is not None:
+            results["train"] = log_hooks[-1].summary() if log_hooks else {}
+            if preemption.received is not None:
+                results["preempted"] = True
+                return results
     if not workers.is_chief:
         return results
 

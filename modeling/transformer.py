@@ -15,6 +15,18 @@ from modeling.attention import self_attention
 tf1 = tf.compat.v1
 
 
+def _output_projection(inputs, residual, config, is_training):
+    """dense to hidden_size -> dropout -> LayerNorm(+ residual), in the current scope.
+
+    inputs: [batch*seq, width] in the compute dtype; residual: [batch*seq, hidden] float32.
+    Returns [batch*seq, hidden] float32 (the residual stream stays in float32).
+    """
+    output = core.dense(inputs, config.hidden_size, "dense",
+                        initializer_range=config.initializer_range)
+    output = core.dropout(tf.cast(output, tf.float32), config.hidden_dropout_prob, is_training)
+    return core.layer_norm(output + residual, epsilon=config.layer_norm_eps)
+
+
 def transformer_layer(hidden, attention_bias, batch, seq, config, is_training, compute_dtype):
     """One encoder layer: [batch*seq, hidden] float32 -> [batch*seq, hidden] float32."""
     with tf1.variable_scope("attention"):
@@ -22,25 +34,14 @@ def transformer_layer(hidden, attention_bias, batch, seq, config, is_training, c
             context = self_attention(hidden, attention_bias, batch, seq, config, is_training,
                                      compute_dtype)
         with tf1.variable_scope("output"):
-            attention_output = core.dense(context, config.hidden_size, "dense",
-                                          initializer_range=config.initializer_range)
-            attention_output = core.dropout(tf.cast(attention_output, tf.float32),
-                                            config.hidden_dropout_prob, is_training)
-            attention_output = core.layer_norm(attention_output + hidden,
-                                               epsilon=config.layer_norm_eps)
+            attention_output = _output_projection(context, hidden, config, is_training)
     with tf1.variable_scope("intermediate"):
         intermediate = core.dense(attention_output, config.intermediate_size, "dense",
                                   activation=get_activation(config.hidden_act),
                                   initializer_range=config.initializer_range,
                                   compute_dtype=compute_dtype)
     with tf1.variable_scope("output"):
-        layer_output = core.dense(intermediate, config.hidden_size, "dense",
-                                  initializer_range=config.initializer_range)
-        layer_output = core.dropout(tf.cast(layer_output, tf.float32),
-                                    config.hidden_dropout_prob, is_training)
-        layer_output = core.layer_norm(layer_output + attention_output,
-                                       epsilon=config.layer_norm_eps)
-    return layer_output
+        return _output_projection(intermediate, attention_output, config, is_training)
 
 
 def transformer_encoder(embeddings, attention_bias, config, is_training, compute_dtype):

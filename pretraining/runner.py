@@ -20,26 +20,10 @@ from pretraining.input_pipeline import (InputError, check_records_match, list_in
 from pretraining.model_fn import make_model_fn
 from training.distributed import Workers
 from training.flops import peak_tflops_for_device, training_flops_per_sequence
-from training.hooks import PreemptionHook, StepLoggingHook, WeightsFingerprintHook
+from training.hooks import StepLoggingHook, WeightsFingerprintHook
+from training.resume import train_resuming
 from training.run_config import make_run_config
-from training.settings import TrainingSettings, precision_settings
-from training.train_step import MICRO_STEP_NAME
-
-tf1 = tf.compat.v1
-
-
-class UsageError(ValueError):
-    """Flags that cannot work together."""
-
-
-def checkpoint_value(model_dir, name, default=0):
-    """A scalar from the latest checkpoint in model_dir (default when there is none)."""
-    latest = tf1.train.latest_checkpoint(model_dir) if model_dir and tf.io.gfile.isdir(model_dir) else None
-    if latest is None:
-        return default
-    reader = tf.train.load_checkpoint(latest)
-    return int(reader.get_tensor(name)) if reader.has_tensor(name) else default
-
+from training.settings import TrainingSettings, UsageError, precision_settings
 
 def _peak_flops(flags_peak_tflops):
     if flags_peak_tflops > 0:
@@ -96,6 +80,7 @@ def run(flags):
         seed=flags.seed, rank=workers.rank, weight_decay_rate=flags.weight_decay_rate)
 
     log_hooks = []
+    device_peak = _peak_flops(flags.peak_tflops)
 
     def logging_hooks(tensors):
         hook = StepLoggingHook(
@@ -103,7 +88,7 @@ def run(flags):
             global_batch_size=flags.train_batch_size * workers.size,
             flops_per_sequence=training_flops_per_sequence(
                 config, flags.max_seq_length, flags.max_predictions_per_seq),
-            peak_flops=_peak_flops(flags.peak_tflops) and _peak_flops(flags.peak_tflops) * workers.size,
+            peak_flops=device_peak and device_peak * workers.size,
             dllog_path=flags.dllog_path, is_chief=workers.is_chief)
         log_hooks.append(hook)
         return [hook]
@@ -115,24 +100,17 @@ def run(flags):
     estimator = tf.estimator.Estimator(make_model_fn(settings, logging_hooks), config=run_config)
 
     if flags.do_train:
-        done = checkpoint_value(flags.output_dir, "global_step")
-        if done >= flags.num_train_steps:
-            logging.info("%s already holds step %d >= --num_train_steps: nothing to train",
-                         flags.output_dir, done)
-        else:
-            input_fn = make_input_fn(
+        def train_input_fn(skip_records_fn):
+            return make_input_fn(
                 train_files, flags.train_batch_size, flags.max_seq_length,
                 flags.max_predictions_per_seq, True, seed=flags.seed,
                 num_shards=workers.size, shard_index=workers.rank,
-                shuffle_buffer=flags.shuffle_buffer,
-                skip_records_fn=lambda: checkpoint_value(flags.output_dir, MICRO_STEP_NAME)
-                * flags.train_batch_size)
-            preemption = PreemptionHook(os.path.join(flags.output_dir, "model.ckpt"),
-                                        workers.is_chief)
-            hooks = workers.hooks() + [preemption]
-            if workers.use_horovod:
-                hooks.append(WeightsFingerprintHook(workers.rank))
-            estimator.train(input_fn, max_steps=flags.num_train_steps, hooks=hooks)
+                shuffle_buffer=flags.shuffle_buffer, skip_records_fn=skip_records_fn)
+        extra = [WeightsFingerprintHook(workers.rank)] if workers.use_horovod else []
+        preemption = train_resuming(estimator, train_input_fn, flags.output_dir,
+                                    flags.num_train_steps, flags.train_batch_size, workers,
+                                    extra)
+        if preemption is not None:
             if log_hooks:
                 results["train"] = log_hooks[-1].summary()
             results["preempted"] = preemption.received is not None

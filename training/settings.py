@@ -4,6 +4,10 @@ import dataclasses
 from typing import Callable, Optional
 
 
+class UsageError(ValueError):
+    """Flags that cannot work together."""
+
+
 @dataclasses.dataclass
 class TrainingSettings:
     bert_config: object
