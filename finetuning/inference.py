@@ -90,7 +90,7 @@ def answer_questions(task, runner, tokenizer, items):
                   for index, item in enumerate(items)]
     examples, _ = squad_data.parse_squad_examples({"data": [{"paragraphs": paragraphs}]},
                                                   is_training=False, source="<input>")
-    features = task._features(examples, tokenizer, is_training=False)
+    features = task.make_features(examples, tokenizer, is_training=False)
     raw = run_in_batches(runner, features, task.extra_serving_inputs)
     results = [squad_postprocess.RawResult(int(r["unique_ids"]), r["start_logits"],
                                            r["end_logits"]) for r in raw]
@@ -114,7 +114,7 @@ def classify(task, runner, tokenizer, items):
     placeholder = 0.0 if task.is_regression else task.labels[0]
     examples = [glue_data.InputExample(str(index), item["text"], item.get("text_b"), placeholder)
                 for index, item in enumerate(items)]
-    features = task._features(examples, tokenizer)
+    features = task.make_features(examples, tokenizer)
     outputs = run_in_batches(runner, features)
     if task.is_regression:
         return [{"score": float(o["predictions"])} for o in outputs]

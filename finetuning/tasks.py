@@ -63,20 +63,20 @@ class ClassifierTask:
     def feature_spec(self, is_training):
         return glue_data.feature_spec(self.max_seq_length, self.is_regression)
 
-    def _features(self, examples, tokenizer):
+    def make_features(self, examples, tokenizer):
         return glue_data.convert_examples_to_features(examples, self.labels, self.max_seq_length,
                                                       tokenizer, self.is_regression)
 
     def write_train_records(self, tokenizer, path):
         examples = _read(self.processor.get_train_examples, self.data_dir)
-        self.write_records(self._features(examples, tokenizer), path)
+        self.write_records(self.make_features(examples, tokenizer), path)
         return len(examples)
 
     def load_split(self, split, tokenizer):
         reader = (self.processor.get_dev_examples if split == "dev"
                   else self.processor.get_test_examples)
         examples = _read(reader, self.data_dir)
-        return examples, self._features(examples, tokenizer)
+        return examples, self.make_features(examples, tokenizer)
 
     def write_records(self, features, path):
         glue_data.write_features_to_tfrecord(features, path, self.is_regression)
@@ -180,7 +180,7 @@ class SquadTask:
     def feature_spec(self, is_training):
         return squad_data.feature_spec(self.max_seq_length, is_training)
 
-    def _features(self, examples, tokenizer, is_training):
+    def make_features(self, examples, tokenizer, is_training):
         return squad_data.convert_examples_to_features(
             examples, tokenizer, self.max_seq_length, self.doc_stride, self.max_query_length,
             is_training)
@@ -190,13 +190,13 @@ class SquadTask:
         # Articles come in order; shuffle the questions once (seeded), as Google does, so the
         # pipeline's small shuffle window does not see one article at a time.
         order = np.random.default_rng(self.seed).permutation(len(examples))
-        features = self._features([examples[i] for i in order], tokenizer, True)
+        features = self.make_features([examples[i] for i in order], tokenizer, True)
         squad_data.write_features(features, path, True)
         return len(examples)
 
     def load_split(self, split, tokenizer):
         examples = _read(squad_data.read_squad_examples, self.predict_file, False)
-        return examples, self._features(examples, tokenizer, False)
+        return examples, self.make_features(examples, tokenizer, False)
 
     def write_records(self, features, path):
         squad_data.write_features(features, path, False)
