@@ -12,6 +12,10 @@ from optimization import create_train_op
 tf1 = tf.compat.v1
 
 MICRO_STEP_NAME = "micro_step"
+# Graph collection holding the step's `is_optimizer_step` (bool: this micro-batch closed an
+# accumulation window). Hooks that must act only at window boundaries (preemption) read it
+# from here and fetch it in the same run as the training op.
+OPTIMIZER_STEP_COLLECTION = "bert_is_optimizer_step"
 
 
 def micro_step_variable():
@@ -55,6 +59,7 @@ def train_spec(settings, loss, micro_step, log_tensors, extra_hooks_fn=None):
     tensors.update({key: extras[key] for key in ("learning_rate", "loss_scale",
                                                   "skipped_steps", "global_step",
                                                   "is_optimizer_step")})
+    tf1.add_to_collection(OPTIMIZER_STEP_COLLECTION, tensors["is_optimizer_step"])
     for key in list(log_tensors) + ["learning_rate", "loss_scale"]:
         tf1.summary.scalar(key, tensors[key])
     hooks = extra_hooks_fn(tensors) if extra_hooks_fn else []
