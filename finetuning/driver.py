@@ -24,7 +24,8 @@ from training.hooks import StepLoggingHook
 from training.records import record_input_fn
 from training.run_config import make_run_config
 from training.resume import train_resuming
-from training.settings import TrainingSettings, UsageError, precision_settings
+from training.settings import (TrainingSettings, UsageError, gradient_compression,
+                               peak_learning_rate, precision_settings)
 
 tf1 = tf.compat.v1
 
@@ -74,13 +75,15 @@ def run(task, flags):
 
     compute_type, loss_scale = precision_settings(flags.amp, flags.amp_dtype)
     settings = TrainingSettings(
-        bert_config=config, learning_rate=flags.learning_rate, num_train_steps=num_train_steps,
+        bert_config=config, learning_rate=peak_learning_rate(flags.learning_rate, workers.size),
+        num_train_steps=num_train_steps,
         num_warmup_steps=num_warmup_steps, optimizer_type=flags.optimizer_type,
         init_checkpoint=flags.init_checkpoint, compute_type=compute_type,
         loss_scale=loss_scale, init_loss_scale=flags.init_loss_scale,
         num_accumulation_steps=flags.num_accumulation_steps,
         allreduce_post_accumulation=flags.num_accumulation_steps > 1,
-        allreduce_fn=workers.allreduce_fn(compress_fp16=flags.amp), seed=flags.seed,
+        allreduce_fn=workers.allreduce_fn(gradient_compression(flags.amp, flags.amp_dtype)),
+        seed=flags.seed,
         rank=workers.rank)
     log_hooks = []
 

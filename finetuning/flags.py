@@ -15,7 +15,9 @@ def define_common_flags(flag_values=flags.FLAGS):
     f.DEFINE_bool("do_predict", False, "Predict (and score when the data has answers/labels).")
     f.DEFINE_integer("train_batch_size", 32, "Examples per micro-batch per rank.")
     f.DEFINE_integer("predict_batch_size", 8, "Examples per prediction batch.")
-    f.DEFINE_float("learning_rate", 5e-5, "Peak learning rate.")
+    f.DEFINE_float("learning_rate", 5e-5,
+                   "Peak learning rate PER RANK, as in NVIDIA's scripts: under --horovod the "
+                   "optimizer applies learning_rate x ranks.")
     f.DEFINE_float("num_train_epochs", 3.0, "Epochs over the training set.")
     f.DEFINE_float("warmup_proportion", 0.1, "Fraction of the steps for linear warm-up.")
     f.DEFINE_integer("max_seq_length", 128, "Sequence length (WordPiece tokens).")
@@ -27,7 +29,8 @@ def define_common_flags(flag_values=flags.FLAGS):
     f.DEFINE_bool("amp", False, "Automatic mixed precision (--amp_dtype compute).")
     f.DEFINE_enum("amp_dtype", "float16", ["float16", "bfloat16"], "Compute type under --amp.")
     f.DEFINE_bool("use_xla", False, "Compile with XLA.")
-    f.DEFINE_float("init_loss_scale", 2.0 ** 15, "Initial dynamic loss scale (float16).")
+    f.DEFINE_float("init_loss_scale", 2.0 ** 32,
+                   "Initial dynamic loss scale (float16; NVIDIA's 2**32).")
     f.DEFINE_string("export_dir", None, "Write a SavedModel for serving here after training.")
     f.DEFINE_string("triton_model_repository", None,
                     "Also lay the SavedModel out as a Triton model repository here.")

@@ -47,13 +47,13 @@ def self_attention(hidden, attention_bias, batch, seq, config, is_training, comp
     value = _split_heads(value, batch, seq, heads, head_size)
 
     # [batch, heads, seq_q, seq_k]
-    scores = tf.matmul(query, key, transpose_b=True)
+    scores = core.matmul(query, key, transpose_b=True)
     scores = scores * tf.cast(1.0 / math.sqrt(head_size), scores.dtype)
     if attention_bias is not None:
         scores = scores + attention_bias
     probs = tf.cast(tf.nn.softmax(tf.cast(scores, tf.float32), axis=-1), hidden.dtype)
     probs = core.dropout(probs, config.attention_probs_dropout_prob, is_training)
 
-    context = tf.matmul(probs, value)                      # [batch, heads, seq, head_size]
+    context = core.matmul(probs, value)                    # [batch, heads, seq, head_size]
     context = tf.transpose(context, [0, 2, 1, 3])          # [batch, seq, heads, head_size]
     return tf.reshape(context, [batch * seq, heads * head_size])

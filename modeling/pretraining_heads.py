@@ -41,7 +41,7 @@ def masked_lm_output(config, input_tensor, embedding_table, positions, label_ids
                                compute_type)
         output_bias = tf1.get_variable("output_bias", [config.vocab_size], tf.float32,
                                        tf1.zeros_initializer())
-        logits = tf.matmul(selected, tf.cast(embedding_table, compute_type), transpose_b=True)
+        logits = core.matmul(selected, tf.cast(embedding_table, compute_type), transpose_b=True)
         logits = tf.cast(logits, tf.float32) + output_bias
         log_probs = tf.nn.log_softmax(logits, axis=-1)
 

@@ -9,7 +9,8 @@ with, so fine-tuning recipes (learning rates, warm-up) assume it. Per variable::
     w <- w - lr * u
 
 There is no bias correction (Google omitted it; with warm-up it hardly matters) and
-so no step counter. The slots are named ``<var>/adam_m`` and ``<var>/adam_v`` like
+so no step counter. As in Google's and NVIDIA's ``create_optimizer``, all gradients are
+first clipped to global norm 1.0 (``clip_norm``). The slots are named ``<var>/adam_m`` and ``<var>/adam_v`` like
 Google's checkpoints, which lets the same checkpoint loader skip them.
 """
 import tensorflow as tf
@@ -22,10 +23,13 @@ class AdamWeightDecayOptimizer(DecoupledWeightDecayOptimizer):
     """Adam with decoupled weight decay and no bias correction (Google BERT)."""
 
     def __init__(self, learning_rate, weight_decay_rate=0.01, beta_1=0.9, beta_2=0.999,
-                 epsilon=1e-6, exclude_from_weight_decay=None, name="AdamWeightDecay"):
+                 epsilon=1e-6, exclude_from_weight_decay=None, clip_norm=1.0,
+                 name="AdamWeightDecay"):
         """``exclude_from_weight_decay``: regexes searched in variable names; None means
-        ``("LayerNorm", "layer_norm", "bias")``, an empty list decays everything."""
-        super().__init__(learning_rate, weight_decay_rate, exclude_from_weight_decay, name)
+        ``("LayerNorm", "layer_norm", "bias")``, an empty list decays everything.
+        ``clip_norm``: global-norm clipping before the update (None: off)."""
+        super().__init__(learning_rate, weight_decay_rate, exclude_from_weight_decay, name,
+                         clip_norm)
         self.beta_1 = beta_1
         self.beta_2 = beta_2
         self.epsilon = epsilon

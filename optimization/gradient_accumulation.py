@@ -36,15 +36,20 @@ class GradientAccumulator:
 
     def add(self, grads):
         """Adds one micro-batch's gradients; returns a bool tensor, True when the
-        buffers now hold ``num_steps`` micro-batches (an optimizer step is due)."""
+        buffers now hold at least ``num_steps`` micro-batches (an optimizer step is due).
+
+        "At least": a run resumed with a smaller ``--num_accumulation_steps`` than the
+        checkpoint's window may restore a count already past it; it then steps at once
+        instead of never."""
         adds = [b.assign_add(g, read_value=False) for b, g in zip(self.buffers, grads)]
         with tf.control_dependencies(adds):
             count = self.local_step.assign_add(1)
-        return tf.equal(count, self.num_steps)
+        return count >= self.num_steps
 
     def average(self):
-        """The mean of the accumulated gradients."""
-        return [b.read_value() / float(self.num_steps) for b in self.buffers]
+        """The mean of the accumulated gradients (over the micro-batches really held)."""
+        count = tf.cast(tf.maximum(self.local_step.read_value(), 1), tf.float32)
+        return [b.read_value() / count for b in self.buffers]
 
     def reset(self):
         """Op zeroing the buffers and the micro-batch counter."""

@@ -11,19 +11,30 @@ optimizer step ``t`` (1-based)::
     r  = ||w|| / ||u||   if both norms > 0, else 1
     w <- w - lr * r * u
 
-NVIDIA's addition (``pre_normalize``) first divides *all* gradients by their global
-norm when it exceeds 1 (``clip_by_global_norm(grads, 1.0)``): with huge batches and
-accumulated fp16 gradients, the raw norm varies wildly between steps and the
-normalisation keeps Adam's moments on a stable scale.
+Pre-normalisation (``clip_norm=1.0``, NVLAMB): all gradients are first scaled down to
+global norm 1 when their norm exceeds it (``clip_by_global_norm(grads, 1.0)``). With
+huge batches and fp16 gradients the raw norm varies wildly between steps; the
+normalisation keeps Adam's moments on a stable scale. Where it is applied matters:
+
+* here (and in the NVLAMB paper and apex's FusedLAMB) it is applied once per optimizer
+  step to the *whole* batch's gradient: after accumulation and after the allreduce. The
+  update then depends only on the global batch, not on how it was split into ranks and
+  micro-batches, so a recipe behaves the same on 8 GPUs or 64.
+* NVIDIA's TensorFlow BERT instead clips each rank's micro-batch gradient of
+  ``loss / num_accumulation_steps`` before accumulating. That norm is ~1/128 of the
+  batch gradient's in phase 1, so the clip almost never acts there, and when it does the
+  result depends on the number of ranks and micro-batches. We keep the first form.
 
 Exclusions (regexes searched in variable names):
 
 * ``exclude_from_weight_decay`` defaults to ``LayerNorm``, ``layer_norm`` and ``bias``.
 * ``exclude_from_layer_adaptation`` (variables whose trust ratio is forced to 1)
-  defaults, when None, to the weight-decay exclusions, as in NVIDIA's TF BERT, Google's
-  LAMB and ``tfa.optimizers.LAMB``: LayerNorm gains and biases are tiny vectors whose
-  norms make the ratio noisy. Pass ``[]`` to adapt every variable (apex FusedLAMB's
-  ``use_nvlamb=True``).
+  defaults to none: every variable, LayerNorm gains and biases included, is adapted,
+  as in NVIDIA's TensorFlow BERT and apex's FusedLAMB (``use_nvlamb=True``).
+  ``tfa.optimizers.LAMB`` and TF Model Garden's LAMB instead exclude whatever is
+  excluded from weight decay (LayerNorm and biases: tiny vectors whose norms make the
+  ratio noisy); pass ``exclude_from_layer_adaptation=DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY``
+  (``run_pretraining.py --lamb_layer_adaptation=weights``) for that behaviour.
 
 Bias correction uses the optimizer's own update counter ``<name>/lamb_step``
 (``LAMB/lamb_step``), not ``global_step``: it advances only when an update is really
@@ -42,15 +53,13 @@ class LAMBOptimizer(DecoupledWeightDecayOptimizer):
 
     def __init__(self, learning_rate, weight_decay_rate=0.01, beta_1=0.9, beta_2=0.999,
                  epsilon=1e-6, exclude_from_weight_decay=None,
-                 exclude_from_layer_adaptation=None, pre_normalize=True, name="LAMB"):
-        super().__init__(learning_rate, weight_decay_rate, exclude_from_weight_decay, name)
+                 exclude_from_layer_adaptation=(), clip_norm=1.0, name="LAMB"):
+        super().__init__(learning_rate, weight_decay_rate, exclude_from_weight_decay, name,
+                         clip_norm)
         self.beta_1 = beta_1
         self.beta_2 = beta_2
         self.epsilon = epsilon
-        if exclude_from_layer_adaptation is None:
-            exclude_from_layer_adaptation = self.exclude_from_weight_decay
-        self.exclude_from_layer_adaptation = tuple(exclude_from_layer_adaptation)
-        self.pre_normalize = pre_normalize
+        self.exclude_from_layer_adaptation = tuple(exclude_from_layer_adaptation or ())
 
     def uses_layer_adaptation(self, var):
         """Whether ``var``'s update is scaled by the trust ratio."""
@@ -71,12 +80,6 @@ class LAMBOptimizer(DecoupledWeightDecayOptimizer):
         with tf.init_scope():
             graph = tf.compat.v1.get_default_graph()
         return self._get_non_slot_variable(state_names.LAMB_STEP, graph)
-
-    def _transform_gradients(self, grads):
-        if not self.pre_normalize:
-            return grads
-        clipped, _ = tf.clip_by_global_norm(grads, clip_norm=1.0)
-        return clipped
 
     def _prepare_step(self):
         """Advances the step counter; returns the bias corrections (1 - beta^t).

@@ -14,7 +14,8 @@ still skips non-finite steps and counts them.
 
 Variables (non-trainable, in GLOBAL_VARIABLES so the Saver keeps them, so a resumed
 run continues with the scale it had found): ``loss_scale/loss_scale`` (float32),
-``loss_scale/good_steps`` and ``loss_scale/skipped_steps`` (int64).
+``loss_scale/good_steps``, ``loss_scale/skipped_steps`` and ``loss_scale/consecutive_skips``
+(int64). The defaults are NVIDIA's: initial scale 2**32, doubled after 1000 good steps.
 """
 import tensorflow as tf
 
@@ -29,11 +30,18 @@ def _state_variable(name, initial_value, dtype):
 
 
 class FixedLossScale:
-    """A constant loss scale; ``update`` only counts skipped steps."""
+    """A constant loss scale; ``update`` only counts skipped steps (in total and in a
+    row: the run-length lets a hook stop a run that no longer trains)."""
 
     def __init__(self, scale=1.0):
         self._scale = float(scale)
         self.skipped_steps = _state_variable("skipped_steps", 0, tf.int64)
+        self.consecutive_skips = _state_variable("consecutive_skips", 0, tf.int64)
+
+    @property
+    def is_identity(self):
+        """True when the scale is the constant 1 (gradients need no unscaling)."""
+        return type(self) is FixedLossScale and self._scale == 1.0
 
     @property
     def scale(self):
@@ -43,14 +51,17 @@ class FixedLossScale:
     def update(self, grads_finite):
         """Returns the op recording one optimizer step whose gradients were ``grads_finite``."""
         skipped = tf.cast(tf.logical_not(grads_finite), tf.int64)
-        return self.skipped_steps.assign_add(skipped, read_value=False)
+        in_a_row = tf.where(grads_finite, tf.constant(0, tf.int64),
+                            self.consecutive_skips.read_value() + 1)
+        return tf.group(self.skipped_steps.assign_add(skipped, read_value=False),
+                        self.consecutive_skips.assign(in_a_row, read_value=False))
 
 
 class DynamicLossScale(FixedLossScale):
     """Halves the scale on non-finite gradients, doubles it after ``growth_interval``
     consecutive finite steps; never goes below ``min_scale``."""
 
-    def __init__(self, initial_scale=2.0 ** 15, growth_interval=2000, factor=2.0,
+    def __init__(self, initial_scale=2.0 ** 32, growth_interval=1000, factor=2.0,
                  min_scale=1.0):
         super().__init__(initial_scale)
         self.growth_interval = int(growth_interval)

@@ -8,22 +8,27 @@ One ``session.run(train_op)`` processes one micro-batch:
 3. with ``num_accumulation_steps`` N > 1, the gradients are added to float32 buffers;
    only every N-th micro-batch goes on (``tf.cond``, so no extra ``session.run``);
 4. the optimizer step: the buffers' mean (or the gradients, N = 1), allreduced here
-   when ``allreduce_post_accumulation``, divided by S, checked for Inf/NaN; finite
-   gradients are applied, non-finite ones are dropped (weights untouched,
-   ``skipped_steps`` + 1, a dynamic S halved); the buffers are zeroed either way.
+   when ``allreduce_post_accumulation``, divided by S; their global norm is computed
+   once and serves three purposes: the finite check (a NaN/Inf anywhere makes it
+   non-finite, and so does a norm beyond float32's range), the optimizer's clipping to
+   norm 1.0, and the ``global_norm`` log. Finite gradients are applied, non-finite ones
+   are dropped (weights untouched, ``skipped_steps`` + 1, a dynamic S halved); the
+   buffers are zeroed either way.
 
 Accumulation happens on the *scaled* gradients. The scale only changes at optimizer
 steps, so every micro-batch of a window shares it, and a post-accumulation allreduce
 with ``hvd.Compression.fp16`` then compresses values in the range the scale was
-chosen for, instead of unscaled values that may underflow float16.
+chosen for, instead of unscaled values that may underflow float16 (which is why
+compression is only safe with float16 loss scaling: bfloat16 and float32 runs allreduce
+uncompressed, see ``training.settings.gradient_compression``).
 
-``global_step`` counts optimizer steps: +1 every N micro-batches, *including* skipped
-ones. That keeps the learning-rate schedule, ``max_steps`` and step-based hooks
-(checkpoints, logging) tied to the data consumed, and guarantees that a run whose
-gradients stay non-finite still ends (with ``skipped_steps`` telling why) instead of
-spinning forever at the same step. Keras's LossScaleOptimizer does the same; NVIDIA's
-TF1 BERT instead holds ``global_step`` on overflow. Adam's bias correction is not
-disturbed by skips because LAMB counts its own applied updates (``LAMB/lamb_step``).
+``global_step`` counts *applied* updates, as in NVIDIA's BERT: a skipped step does not
+advance it, so the learning-rate schedule, ``--num_train_steps`` and step-based hooks
+(checkpoints, logging) count real updates, and the micro-batches of a skipped window are
+simply extra data. ``consecutive_skips`` (an output, not state) lets a hook stop a run
+whose gradients stay non-finite instead of spinning forever at the same step
+(``training.hooks.DivergenceGuardHook``). LAMB's bias correction counts its own applied
+updates (``LAMB/lamb_step``), equal to ``global_step`` within one run.
 
 With Horovod, pass e.g. ``allreduce_fn=lambda g: hvd.allreduce(g,
 compression=hvd.Compression.fp16)``. Every gradient the optimizer sees has then been
@@ -35,23 +40,33 @@ NaN survive the allreduce sum, so an overflow on any one rank makes every rank s
 import tensorflow as tf
 
 from optimization.adam_weight_decay import AdamWeightDecayOptimizer
-from optimization.decoupled_weight_decay import to_dense
+from optimization.decoupled_weight_decay import DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY, to_dense
 from optimization.gradient_accumulation import GradientAccumulator
 from optimization.lamb import LAMBOptimizer
 from optimization.learning_rate import learning_rate_schedule
 from optimization.loss_scale import DynamicLossScale, FixedLossScale
 
 
-def make_optimizer(optimizer_type, learning_rate, weight_decay_rate=0.01):
-    """``'lamb'`` -> LAMBOptimizer (NVLAMB), ``'adam'`` -> Google's AdamWeightDecay."""
+def make_optimizer(optimizer_type, learning_rate, weight_decay_rate=0.01,
+                   lamb_layer_adaptation="all"):
+    """``'lamb'`` -> LAMBOptimizer (NVLAMB), ``'adam'`` -> Google's AdamWeightDecay.
+
+    ``lamb_layer_adaptation``: ``'all'`` adapts every variable's step by its trust ratio
+    (NVIDIA's TensorFlow BERT); ``'weights'`` leaves LayerNorm and bias out (ratio 1), as
+    tfa's and TF Model Garden's LAMB do."""
     if optimizer_type == "lamb":
-        return LAMBOptimizer(learning_rate, weight_decay_rate=weight_decay_rate)
+        if lamb_layer_adaptation not in ("all", "weights"):
+            raise ValueError("lamb_layer_adaptation must be 'all' or 'weights', got "
+                             f"{lamb_layer_adaptation!r}")
+        excluded = () if lamb_layer_adaptation == "all" else DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY
+        return LAMBOptimizer(learning_rate, weight_decay_rate=weight_decay_rate,
+                             exclude_from_layer_adaptation=excluded)
     if optimizer_type == "adam":
         return AdamWeightDecayOptimizer(learning_rate, weight_decay_rate=weight_decay_rate)
     raise ValueError(f"optimizer_type must be 'lamb' or 'adam', got {optimizer_type!r}")
 
 
-def make_loss_scale(loss_scale, init_loss_scale=2.0 ** 15):
+def make_loss_scale(loss_scale, init_loss_scale=2.0 ** 32):
     """None -> scale 1; 'dynamic' -> DynamicLossScale(init_loss_scale); a number -> fixed
     scale; a FixedLossScale/DynamicLossScale instance is used as is."""
     if isinstance(loss_scale, FixedLossScale):
@@ -63,22 +78,17 @@ def make_loss_scale(loss_scale, init_loss_scale=2.0 ** 15):
     return FixedLossScale(float(loss_scale))
 
 
-def _all_finite(grads):
-    return tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
-
-
 def create_train_op(loss, optimizer_type, init_lr, num_train_steps, num_warmup_steps,
-                    start_step=0, num_accumulation_steps=1, loss_scale=None,
-                    init_loss_scale=2.0 ** 15, allreduce_fn=None,
-                    allreduce_post_accumulation=False, tvars=None, global_step=None,
-                    weight_decay_rate=0.01):
+                    num_accumulation_steps=1, loss_scale=None, init_loss_scale=2.0 ** 32,
+                    allreduce_fn=None, allreduce_post_accumulation=False, tvars=None,
+                    global_step=None, weight_decay_rate=0.01, lamb_layer_adaptation="all"):
     """Builds the op running one micro-batch of training (see the module docstring).
 
     Args:
       loss: scalar loss of the micro-batch (a mean over its examples), any float dtype.
       optimizer_type: 'lamb' or 'adam'.
-      init_lr, num_train_steps, num_warmup_steps, start_step: the learning-rate
-        schedule (``learning_rate_schedule``; power 0.5 for LAMB, 1 for Adam).
+      init_lr, num_train_steps, num_warmup_steps: the learning-rate schedule
+        (``learning_rate_schedule``: power 0.5 for LAMB, 1 and continuous for Adam).
       num_accumulation_steps: micro-batches per optimizer step.
       loss_scale: None, 'dynamic', a number or a loss-scale object (``make_loss_scale``).
       init_loss_scale: initial scale of 'dynamic'.
@@ -88,13 +98,15 @@ def create_train_op(loss, optimizer_type, init_lr, num_train_steps, num_warmup_s
       tvars: variables to train (default: all trainable variables).
       global_step: the step variable (default: get_or_create_global_step()).
       weight_decay_rate: decoupled weight decay of the optimizer.
+      lamb_layer_adaptation: 'all' or 'weights' (``make_optimizer``).
 
     Returns:
       ``(train_op, extras)``. ``extras`` holds scalar tensors for logging:
       ``learning_rate`` and ``loss_scale`` (used for this micro-batch),
       ``is_optimizer_step`` (this micro-batch closed an accumulation window),
       ``is_finite`` and ``global_norm`` (of the unscaled averaged gradients; True/0
-      between optimizer steps), and the post-step ``skipped_steps`` and ``global_step``.
+      between optimizer steps), and the post-step ``skipped_steps``,
+      ``consecutive_skips`` and ``global_step``.
       They are outputs of the step: fetch them in the same ``session.run`` as
       ``train_op`` (fetching one alone runs a training step).
     """
@@ -102,8 +114,10 @@ def create_train_op(loss, optimizer_type, init_lr, num_train_steps, num_warmup_s
         global_step = tf.compat.v1.train.get_or_create_global_step()
     power = 0.5 if optimizer_type == "lamb" else 1.0
     learning_rate = learning_rate_schedule(init_lr, num_train_steps, num_warmup_steps,
-                                           global_step, power=power, start_step=start_step)
-    optimizer = make_optimizer(optimizer_type, learning_rate, weight_decay_rate)
+                                           global_step, power=power,
+                                           continuous=optimizer_type == "adam")
+    optimizer = make_optimizer(optimizer_type, learning_rate, weight_decay_rate,
+                               lamb_layer_adaptation)
     scaler = make_loss_scale(loss_scale, init_loss_scale)
     if tvars is None:
         tvars = tf.compat.v1.trainable_variables()
@@ -123,18 +137,20 @@ def create_train_op(loss, optimizer_type, init_lr, num_train_steps, num_warmup_s
         """Unscale, check, apply or skip, count. Returns (is_finite, global_norm)."""
         if allreduce_fn is not None and allreduce_post_accumulation:
             scaled_grads = [allreduce_fn(g) for g in scaled_grads]
-        unscaled = [g / scale for g in scaled_grads]
-        is_finite = _all_finite(unscaled)
+        unscaled = scaled_grads if scaler.is_identity else [g / scale for g in scaled_grads]
         global_norm = tf.linalg.global_norm(unscaled)
+        is_finite = tf.math.is_finite(global_norm)
 
         def apply():
-            with tf.control_dependencies([optimizer.apply_gradients(zip(unscaled, variables))]):
+            update = optimizer.apply_gradients(zip(unscaled, variables), global_norm=global_norm)
+            with tf.control_dependencies([update]):
                 return tf.constant(True)
 
         applied = tf.cond(is_finite, apply, lambda: tf.constant(False))
         with tf.control_dependencies([applied]):
-            bookkeeping = tf.group(scaler.update(is_finite),
-                                   global_step.assign_add(1, read_value=False))
+            bookkeeping = tf.group(
+                scaler.update(is_finite),
+                global_step.assign_add(tf.cast(is_finite, global_step.dtype), read_value=False))
         with tf.control_dependencies([bookkeeping]):
             return tf.identity(is_finite), tf.identity(global_norm)
 
@@ -164,6 +180,7 @@ def create_train_op(loss, optimizer_type, init_lr, num_train_steps, num_warmup_s
             "is_finite": is_finite,
             "global_norm": global_norm,
             "skipped_steps": scaler.skipped_steps.read_value(),
+            "consecutive_skips": scaler.consecutive_skips.read_value(),
             "global_step": global_step.read_value(),
         }
     return train_op, extras

@@ -22,17 +22,15 @@ def define_flags(flag_values=flags.FLAGS):
     f.DEFINE_bool("do_eval", False, "Evaluate on --eval_files_dir after training.")
     f.DEFINE_integer("train_batch_size", 32, "Sequences per micro-batch per rank.")
     f.DEFINE_integer("eval_batch_size", 8, "Sequences per evaluation batch.")
-    f.DEFINE_float("learning_rate", 5e-5, "Peak learning rate.")
+    f.DEFINE_float("learning_rate", 5e-5,
+                   "Peak learning rate PER RANK, as in NVIDIA's BERT: under --horovod the "
+                   "optimizer applies learning_rate x ranks (7.5e-4 on 8 GPUs = 6e-3).")
     f.DEFINE_float("weight_decay_rate", 0.01, "Decoupled weight decay.")
     f.DEFINE_integer("num_train_steps", 100000, "Optimizer steps (global_step) to reach.")
     f.DEFINE_integer("num_warmup_steps", 10000, "Linear warm-up steps.")
-    f.DEFINE_integer("phase1_end_step", 0,
-                     "Learning-rate schedule offset: the schedule runs on global_step minus "
-                     "this, so a phase continuing in the same --output_dir does its own "
-                     "warm-up and decay.")
     f.DEFINE_integer("save_checkpoints_steps", 1000, "Checkpoint every N optimizer steps.")
     f.DEFINE_integer("keep_checkpoint_max", 5, "Checkpoints to keep.")
-    f.DEFINE_integer("display_loss_steps", 10, "Log every N optimizer steps.")
+    f.DEFINE_integer("display_loss_steps", 1, "Log every N optimizer steps.")
     f.DEFINE_integer("max_eval_steps", 100, "Evaluation batches.")
     f.DEFINE_integer("num_accumulation_steps", 1, "Micro-batches per optimizer step.")
     f.DEFINE_bool("allreduce_post_accumulation", False,
@@ -42,7 +40,21 @@ def define_flags(flag_values=flags.FLAGS):
     f.DEFINE_enum("amp_dtype", "float16", ["float16", "bfloat16"],
                   "Compute type under --amp (float16 uses dynamic loss scaling).")
     f.DEFINE_bool("use_xla", False, "Compile the step with XLA.")
-    f.DEFINE_float("init_loss_scale", 2.0 ** 15, "Initial dynamic loss scale (float16).")
+    f.DEFINE_float("init_loss_scale", 2.0 ** 32,
+                   "Initial dynamic loss scale (float16; NVIDIA's 2**32, halved per "
+                   "overflow, doubled after 1000 good steps).")
+    f.DEFINE_enum("lamb_layer_adaptation", "all", ["all", "weights"],
+                  "LAMB trust ratio on every variable (all: NVIDIA's BERT) or not on "
+                  "LayerNorm and biases (weights: tfa/Model Garden LAMB).")
+    f.DEFINE_integer("max_consecutive_skips", 100,
+                     "Stop with an error after this many optimizer steps in a row skipped "
+                     "for non-finite gradients (0: never).")
+    f.DEFINE_integer("phase", None, "Phase number (1: seq 128, 2: seq 512), a label in the "
+                     "plan and logs; the run scripts set it.")
+    f.DEFINE_bool("dry_run", False,
+                  "Print the run's plan (effective batch, learning rate, steps) as one JSON "
+                  "line and exit: nothing is read or trained.")
+    f.DEFINE_integer("dry_run_ranks", 1, "Ranks the --dry_run plan assumes (the GPUs).")
     f.DEFINE_string("dllog_path", None, "JSON-lines log of every logged step (rank 0).")
     f.DEFINE_integer("seed", 12345, "Seed of initialisation, data order and dropout.")
     f.DEFINE_float("peak_tflops", 0.0,

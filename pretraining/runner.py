@@ -7,6 +7,7 @@ micro-batches this rank already consumed, so the resumed pipeline skips exactly 
 records: no example is trained on twice or skipped. Dropout masks are seeded by the same
 counter, so a resumed run reproduces the uninterrupted one.
 """
+import math
 import os
 import sys
 
@@ -18,12 +19,14 @@ from modeling.checkpoints import CheckpointError
 from pretraining.input_pipeline import (InputError, check_records_match, list_input_files,
                                         make_input_fn)
 from pretraining.model_fn import make_model_fn
+from pretraining.plan import plan_line, pretraining_plan
 from training.distributed import Workers
 from training.flops import peak_tflops_for_device, training_flops_per_sequence
 from training.hooks import StepLoggingHook, WeightsFingerprintHook
 from training.resume import train_resuming
 from training.run_config import make_run_config
-from training.settings import TrainingSettings, UsageError, precision_settings
+from training.settings import (TrainingSettings, UsageError, gradient_compression,
+                               peak_learning_rate, precision_settings)
 
 def _peak_flops(flags_peak_tflops):
     if flags_peak_tflops > 0:
@@ -50,6 +53,22 @@ def _validate(flags, config):
         raise UsageError("--do_train needs --input_files_dir")
     if flags.do_eval and not flags.eval_files_dir:
         raise UsageError("--do_eval needs --eval_files_dir")
+    if not (math.isfinite(flags.init_loss_scale) and flags.init_loss_scale >= 1.0):
+        raise UsageError(f"--init_loss_scale={flags.init_loss_scale} must be a finite number "
+                         ">= 1 (NVIDIA's default is 2**32)")
+    if flags.learning_rate <= 0 or flags.num_train_steps <= 0 or flags.num_warmup_steps < 0:
+        raise UsageError("--learning_rate and --num_train_steps must be positive and "
+                         "--num_warmup_steps >= 0")
+
+
+def log_plan(plan, dllog_path):
+    """The run's effective recipe, at start-up, on the console and in the dllog."""
+    line = plan_line(plan)
+    logging.info("plan: %s", line)
+    if dllog_path:
+        os.makedirs(os.path.dirname(os.path.abspath(dllog_path)), exist_ok=True)
+        with open(dllog_path, "a", encoding="utf-8") as writer:
+            writer.write(line + "\n")
 
 
 def run(flags):
@@ -58,7 +77,9 @@ def run(flags):
     _validate(flags, config)
     workers = Workers(flags.horovod)
     compute_type, loss_scale = precision_settings(flags.amp, flags.amp_dtype)
-    results = {}
+    results = {"plan": pretraining_plan(flags, workers.size)}
+    if workers.is_chief:
+        log_plan(results["plan"], flags.dllog_path if flags.do_train else None)
 
     train_files = eval_files = None
     if flags.do_train:
@@ -69,15 +90,17 @@ def run(flags):
         check_records_match(eval_files, flags.max_seq_length, flags.max_predictions_per_seq)
 
     settings = TrainingSettings(
-        bert_config=config, learning_rate=flags.learning_rate,
+        bert_config=config, learning_rate=peak_learning_rate(flags.learning_rate, workers.size),
         num_train_steps=flags.num_train_steps, num_warmup_steps=flags.num_warmup_steps,
-        start_step=flags.phase1_end_step, optimizer_type=flags.optimizer_type,
+        optimizer_type=flags.optimizer_type,
         init_checkpoint=flags.init_checkpoint, compute_type=compute_type,
         loss_scale=loss_scale, init_loss_scale=flags.init_loss_scale,
         num_accumulation_steps=flags.num_accumulation_steps,
         allreduce_post_accumulation=flags.allreduce_post_accumulation,
-        allreduce_fn=workers.allreduce_fn(compress_fp16=flags.amp),
-        seed=flags.seed, rank=workers.rank, weight_decay_rate=flags.weight_decay_rate)
+        allreduce_fn=workers.allreduce_fn(gradient_compression(flags.amp, flags.amp_dtype)),
+        seed=flags.seed, rank=workers.rank, weight_decay_rate=flags.weight_decay_rate,
+        lamb_layer_adaptation=flags.lamb_layer_adaptation,
+        max_consecutive_skips=flags.max_consecutive_skips)
 
     log_hooks = []
     device_peak = _peak_flops(flags.peak_tflops)

@@ -13,16 +13,21 @@ num_gpus=${8:-8}
 warmup_steps_phase1=${9:-"2000"}
 warmup_steps_phase2=${10:-"200"}
 train_steps=${11:-7820}
-save_checkpoints_steps=${12:-5000}
+save_checkpoints_steps=${12:-100}
 num_accumulation_steps_phase1=${13:-128}
 num_accumulation_steps_phase2=${14:-512}
 bert_model=${15:-"large"}
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
-# Phase 1 takes 90% of the optimizer steps (sequence length 128), phase 2 the rest (512).
+# NVIDIA's arithmetic (integer, as their `expr`): phase 1 (sequence length 128) takes 90% of
+# train_steps; phase 2 (512) 10% of them, scaled by the ratio of the two global batches so
+# that phase 2 sees the same share of sequences: 7820 -> 7038 and 782 * 65536 / 32768 = 1564.
+# --learning_rate is per GPU: run_pretraining.py applies it x num_gpus (6e-3 and 4e-3).
 train_steps_phase1=$(( train_steps * 9 / 10 ))
-train_steps_phase2=$(( train_steps - train_steps_phase1 ))
+gbs_phase1=$(( train_batch_size_phase1 * num_accumulation_steps_phase1 ))
+gbs_phase2=$(( train_batch_size_phase2 * num_accumulation_steps_phase2 ))
+train_steps_phase2=$(( train_steps * 1 / 10 * gbs_phase1 / gbs_phase2 ))
 
 # Where things are. BERT_PREP_WORKING_DIR is bertPrep.py's working directory.
 DATA_DIR=${DATA_DIR:-${BERT_PREP_WORKING_DIR:-$ROOT/data}}
@@ -40,6 +45,9 @@ EVAL_DATA_PHASE2=${EVAL_DATA_PHASE2:-$(phase_data 512 80 test)}
 BERT_CONFIG=${BERT_CONFIG:-$ROOT/modeling/configs/bert_${bert_model}_config.json}
 RESULTS_DIR=${RESULTS_DIR:-$ROOT/results/bert_${bert_model}_pretraining_lamb_${precision}}
 DLLOG_DIR=${DLLOG_DIR:-$RESULTS_DIR}
+# Phase 2 starts from phase 1's checkpoint at its LAST step (as NVIDIA's script checks), never
+# from the partial weights of a preempted phase 1.
+PHASE1_FINAL_CHECKPOINT=${PHASE1_CHECKPOINT:-$RESULTS_DIR/phase_1/model.ckpt-$train_steps_phase1}
 
 source "$ROOT/scripts/launch_common.sh"
 precision_flags "$precision"
@@ -50,16 +58,28 @@ run_phase() {
   local phase=$1 seq=$2 pred=$3 batch=$4 lr=$5 warmup=$6 steps=$7 accum=$8 train=$9 evaldir=${10}
   shift 10
   local out="$RESULTS_DIR/phase_$phase"
+  if [ "${DRY_RUN:-0}" = 1 ]; then  # the plan of this phase as one JSON line; nothing runs
+    "$PYTHON" "$ROOT/run_pretraining.py" --dry_run --dry_run_ranks="$num_gpus" --phase="$phase" \
+      --bert_config_file="$BERT_CONFIG" --output_dir="$out" --optimizer_type=lamb \
+      --max_seq_length="$seq" --max_predictions_per_seq="$pred" --train_batch_size="$batch" \
+      --learning_rate="$lr" --num_warmup_steps="$warmup" --num_train_steps="$steps" \
+      --num_accumulation_steps="$accum" --save_checkpoints_steps="$save_checkpoints_steps" \
+      $PREC_FLAGS "$@"
+    return
+  fi
   mkdir -p "$out"
   echo "== phase $phase: seq $seq, batch $batch x $accum accumulation x $num_gpus ranks," \
-       "lr $lr, $steps steps ($warmup warm-up), $precision, xla $use_xla -> $out"
-  launch "$ROOT/run_pretraining.py" \
+       "lr $lr per GPU (x $num_gpus), $steps steps ($warmup warm-up), $precision, xla $use_xla -> $out"
+  launch "$ROOT/run_pretraining.py" --phase="$phase" \
     --bert_config_file="$BERT_CONFIG" --input_files_dir="$train" --eval_files_dir="$evaldir" \
     --output_dir="$out" --do_train --do_eval --optimizer_type=lamb \
     --max_seq_length="$seq" --max_predictions_per_seq="$pred" \
     --train_batch_size="$batch" --eval_batch_size="$eval_batch_size" \
     --learning_rate="$lr" --num_warmup_steps="$warmup" --num_train_steps="$steps" \
     --num_accumulation_steps="$accum" --allreduce_post_accumulation \
-    --save_checkpoints_steps="$save_checkpoints_steps" --display_loss_steps="${DISPLAY_LOSS_STEPS:-10}" \
+    --save_checkpoints_steps="$save_checkpoints_steps" --display_loss_steps="${DISPLAY_LOSS_STEPS:-1}" \
     --dllog_path="$DLLOG_DIR/phase_${phase}_dllog.jsonl" $PREC_FLAGS $XLA_FLAGS_ARG "$@"
 }
+
+# phase_finished DIR STEPS: true when DIR holds the checkpoint of step STEPS (the phase's last).
+phase_finished() { [ -f "$1/model.ckpt-$2.index" ]; }

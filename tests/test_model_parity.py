@@ -75,16 +75,34 @@ def test_float32_matches_huggingface_on_every_layer(minilm_dir, converted, batch
     assert np.abs(ours["pooled"] - theirs["pooled"]).max() <= 1e-5
 
 
-def test_bfloat16_compute_within_one_percent_of_huggingface(minilm_dir, converted, batch):
+def relative_errors(outputs, reference, mask):
+    """Per layer: ||a - b|| / ||b|| over the real (unpadded) tokens."""
+    return [float(np.linalg.norm(a[mask] - b[mask]) / np.linalg.norm(b[mask]))
+            for a, b in zip(outputs["layers"], reference["layers"])]
+
+
+def test_bfloat16_compute_as_close_to_float32_as_huggingfaces_own_bfloat16(minilm_dir,
+                                                                           converted, batch):
+    """Reduced precision is judged against the error HuggingFace's own bfloat16 autocast
+    makes on this machine, in this run: both depend on the CPU (native AMX/AVX512_BF16
+    matmuls, or AVX2 emulation that rounds differently), so no constant bound holds on
+    every CPU. Ours must stay within 2x of HF's error at every layer."""
     config, prefix, _ = converted
     ours = run_encoder(config, prefix, *batch, compute_type="bfloat16")
-    theirs = hf_outputs(minilm_dir, *batch)
+    reference = hf_outputs(minilm_dir, *batch)
+    theirs = hf_outputs(minilm_dir, *batch, autocast_bf16=True)
     mask = batch[1].astype(bool)
-    for index, (a, b) in enumerate(zip(ours["layers"], theirs["layers"])):
-        rel = np.linalg.norm(a[mask] - b[mask]) / np.linalg.norm(b[mask])
-        assert rel <= 1e-2, f"layer {index}: relative error {rel:.4f}"
-    # and it really ran in bfloat16: not bit-identical to float32
-    assert np.abs(ours["sequence"][mask] - theirs["sequence"][mask]).max() > 1e-4
+    ours_error = relative_errors(ours, reference, mask)
+    hf_error = relative_errors(theirs, reference, mask)
+    print("relative error per layer vs HF float32: ours bf16",
+          " ".join(f"{e:.2e}" for e in ours_error), "| HF bf16 autocast",
+          " ".join(f"{e:.2e}" for e in hf_error))
+    # HF's autocast really computed in bfloat16 (else the calibration would be meaningless)
+    assert min(hf_error) > 1e-4
+    for index, (mine, hf) in enumerate(zip(ours_error, hf_error)):
+        assert mine <= 2.0 * hf, f"layer {index}: ours {mine:.2e} > 2 x HF's bf16 {hf:.2e}"
+    # and ours really ran in bfloat16: not bit-identical to float32
+    assert np.abs(ours["sequence"][mask] - reference["sequence"][mask]).max() > 1e-4
 
 
 def test_round_trip_ours_google_hf_ours(minilm_dir, converted, batch, tmp_path):

@@ -205,3 +205,27 @@ def test_masked_lm_loss_matches_numpy():
     np.testing.assert_allclose(per_example, -picked, rtol=1e-6)
     expected = (weights.reshape(-1) * -picked).sum() / (weights.sum() + 1e-5)
     np.testing.assert_allclose(loss, expected, rtol=1e-6)
+
+
+def test_bfloat16_matmul_accumulates_in_float32_where_emulated(monkeypatch):
+    """Where the CPU has no native bf16 GEMM, core.matmul multiplies the bf16 values in
+    float32 and rounds the product once; the override picks either path."""
+    from modeling import core
+    rng = np.random.RandomState(3)
+    a = tf.cast(tf.constant(rng.normal(size=(64, 96)).astype(np.float32)), tf.bfloat16)
+    b = tf.cast(tf.constant(rng.normal(size=(96, 80)).astype(np.float32)), tf.bfloat16)
+    exact = (tf.cast(a, tf.float64).numpy() @ tf.cast(b, tf.float64).numpy())
+    results = {}
+    for choice in ("emulate", "native"):
+        monkeypatch.setenv("BERT_BF16_MATMUL", choice)
+        core.emulate_bfloat16_matmul.cache_clear()
+        assert core.emulate_bfloat16_matmul() == (choice == "emulate")
+        out = core.matmul(a, b)
+        assert out.dtype == tf.bfloat16
+        results[choice] = tf.cast(out, tf.float64).numpy()
+    core.emulate_bfloat16_matmul.cache_clear()
+    # emulated = the exact product of the bf16 inputs, rounded once to bf16
+    rounded_once = tf.cast(tf.cast(tf.constant(exact, tf.float32), tf.bfloat16), tf.float64)
+    np.testing.assert_allclose(results["emulate"], rounded_once.numpy(), rtol=2 ** -7)
+    for result in results.values():  # both are bf16 products, within bf16 rounding
+        assert np.linalg.norm(result - exact) / np.linalg.norm(exact) < 2e-2

@@ -2,8 +2,9 @@
 
 References: tensorflow_addons' LAMB (an independent implementation, run eagerly) and
 float64 NumPy transcriptions of the equations written here from the papers (LAMB:
-You et al. 2019, Algorithm 2, with NVIDIA's global-norm pre-normalisation; Google
-BERT's AdamWeightDecay).
+You et al. 2019, Algorithm 2, with NVIDIA's global-norm pre-normalisation and NVIDIA's
+trust ratio on every variable; Google BERT's AdamWeightDecay with its clip to global
+norm 1).
 """
 import re
 
@@ -74,8 +75,14 @@ def decays(name):
     return not any(re.search(p, name) for p in EXCLUDED)
 
 
-def numpy_lamb(pre_normalize):
-    """NVLAMB in float64: optional clip of all gradients to global norm 1, then LAMB."""
+def clip_to_unit_norm(g):
+    norm = np.sqrt(sum(np.sum(x ** 2) for x in g.values()))
+    return {n: x / max(norm, 1.0) for n, x in g.items()}
+
+
+def numpy_lamb(pre_normalize, adapt_all=True):
+    """NVLAMB in float64: optional clip of all gradients to global norm 1, then LAMB with
+    the trust ratio on every variable (NVIDIA) or only on the decayed ones (tfa)."""
     w = {n: v.astype(np.float64) for n, v in INITIAL.items()}
     m = {n: np.zeros_like(v) for n, v in w.items()}
     v = {n: np.zeros_like(x) for n, x in w.items()}
@@ -83,8 +90,7 @@ def numpy_lamb(pre_normalize):
     for t, grads in enumerate(GRADS, start=1):
         g = {n: x.astype(np.float64) for n, x in grads.items()}
         if pre_normalize:
-            norm = np.sqrt(sum(np.sum(x ** 2) for x in g.values()))
-            g = {n: x / max(norm, 1.0) for n, x in g.items()}
+            g = clip_to_unit_norm(g)
         for n in w:
             m[n] = B1 * m[n] + (1 - B1) * g[n]
             v[n] = B2 * v[n] + (1 - B2) * g[n] ** 2
@@ -95,22 +101,26 @@ def numpy_lamb(pre_normalize):
                 u = u + WD * w[n]
             ratio = 1.0
             w_norm, u_norm = np.linalg.norm(w[n]), np.linalg.norm(u)
-            if decays(n) and w_norm > 0 and u_norm > 0:  # adaptation exclusions = decay's
+            if (adapt_all or decays(n)) and w_norm > 0 and u_norm > 0:
                 ratio = w_norm / u_norm
             w[n] = w[n] - LR * ratio * u
         history.append(dict(w))
     return history
 
 
-def numpy_adam_weight_decay():
-    """Google BERT's AdamWeightDecay in float64: no bias correction, decoupled decay."""
+def numpy_adam_weight_decay(clip=True):
+    """Google BERT's AdamWeightDecay in float64: gradients clipped to global norm 1 (as
+    Google's create_optimizer does), no bias correction, decoupled decay."""
     w = {n: v.astype(np.float64) for n, v in INITIAL.items()}
     m = {n: np.zeros_like(v) for n, v in w.items()}
     v = {n: np.zeros_like(x) for n, x in w.items()}
     history = []
     for grads in GRADS:
+        clipped = {n: x.astype(np.float64) for n, x in grads.items()}
+        if clip:
+            clipped = clip_to_unit_norm(clipped)
         for n in w:
-            g = grads[n].astype(np.float64)
+            g = clipped[n]
             m[n] = B1 * m[n] + (1 - B1) * g
             v[n] = B2 * v[n] + (1 - B2) * g ** 2
             u = m[n] / (np.sqrt(v[n]) + EPS)
@@ -134,7 +144,8 @@ def test_lamb_without_pre_normalization_matches_tfa_lamb():
     tfa = pytest.importorskip("tensorflow_addons")
     ours, _ = run_graph_optimizer(lambda: LAMBOptimizer(
         LR, weight_decay_rate=WD, beta_1=B1, beta_2=B2, epsilon=EPS,
-        exclude_from_weight_decay=list(EXCLUDED), pre_normalize=False))
+        exclude_from_weight_decay=list(EXCLUDED), exclude_from_layer_adaptation=list(EXCLUDED),
+        clip_norm=None))
 
     variables = {n: tf.Variable(v, name=n) for n, v in INITIAL.items()}
     reference = tfa.optimizers.LAMB(
@@ -165,11 +176,29 @@ def test_lamb_with_pre_normalization_matches_numpy_nvlamb():
     assert "encoder/dense/kernel/lamb_m" in names and "encoder/dense/kernel/lamb_v" in names
 
 
+def test_lamb_adapts_layernorm_and_bias_by_default_like_nvidia():
+    """NVIDIA's TF LAMB applies the trust ratio to every variable; tfa's leaves the
+    LayerNorm gain and the bias out. The default is NVIDIA's; the other is an option."""
+    ours, _ = run_graph_optimizer(lambda: LAMBOptimizer(LR, weight_decay_rate=WD))
+    tfa_style = numpy_lamb(pre_normalize=True, adapt_all=False)
+    for name in ("encoder/dense/bias", "encoder/LayerNorm/gamma"):
+        assert not np.allclose(ours[-1][name], tfa_style[-1][name], atol=1e-4), name
+    from optimization.decoupled_weight_decay import DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY
+    excluded, _ = run_graph_optimizer(lambda: LAMBOptimizer(
+        LR, weight_decay_rate=WD,
+        exclude_from_layer_adaptation=DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY))
+    assert_close_relative(excluded, tfa_style, 1e-6)
+
+
 def test_adam_weight_decay_matches_numpy():
     ours, names = run_graph_optimizer(lambda: AdamWeightDecayOptimizer(
         LR, weight_decay_rate=WD, beta_1=B1, beta_2=B2, epsilon=EPS))
     assert_close_relative(ours, numpy_adam_weight_decay(), 1e-6)
     assert "encoder/dense/kernel/adam_m" in names and "head/kernel/adam_v" in names
+    # The clip to global norm 1 acts (half the steps have norm 3x): unclipped differs.
+    unclipped = numpy_adam_weight_decay(clip=False)
+    assert not np.allclose(ours[-1]["encoder/dense/kernel"],
+                           unclipped[-1]["encoder/dense/kernel"], atol=1e-4)
 
 
 def test_slot_names_are_covered_by_the_exported_suffixes():
@@ -182,14 +211,18 @@ def test_slot_names_are_covered_by_the_exported_suffixes():
 
 
 def test_lamb_exclusion_rules():
-    optimizer = LAMBOptimizer(LR)
+    from optimization import make_optimizer
     with tf.Graph().as_default():
         kernel = tf.compat.v1.get_variable("attention/self/query/kernel", [2])
         bias = tf.compat.v1.get_variable("attention/self/query/bias", [2])
         gamma = tf.compat.v1.get_variable("attention/output/LayerNorm/gamma", [2])
-        assert optimizer.uses_weight_decay(kernel) and optimizer.uses_layer_adaptation(kernel)
+        nvidia = make_optimizer("lamb", LR)                  # run_pretraining.py's default
+        weights_only = make_optimizer("lamb", LR, lamb_layer_adaptation="weights")
+        assert nvidia.uses_weight_decay(kernel) and nvidia.uses_layer_adaptation(kernel)
+        assert weights_only.uses_layer_adaptation(kernel)
         for var in (bias, gamma):
-            assert not optimizer.uses_weight_decay(var)
-            assert not optimizer.uses_layer_adaptation(var)
-        everywhere = LAMBOptimizer(LR, exclude_from_layer_adaptation=[])
-        assert everywhere.uses_layer_adaptation(bias) and not everywhere.uses_weight_decay(bias)
+            assert not nvidia.uses_weight_decay(var) and nvidia.uses_layer_adaptation(var)
+            assert not weights_only.uses_weight_decay(var)
+            assert not weights_only.uses_layer_adaptation(var)
+        with pytest.raises(ValueError):
+            make_optimizer("lamb", LR, lamb_layer_adaptation="none")

@@ -6,11 +6,15 @@ import tensorflow as tf
 from optimization import DynamicLossScale, FixedLossScale, learning_rate_schedule
 
 
-def closed_form(step, init_lr, total, warmup, power, start):
-    s = max(step - start, 0)
-    if s < warmup:
-        return init_lr * s / warmup
-    return init_lr * (1.0 - min(s, total) / total) ** power
+def closed_form(step, init_lr, total, warmup, power, continuous=False):
+    """NVIDIA's create_optimizer, transcribed: polynomial decay of an adjusted peak from
+    step 0, linear warm-up; Adam adjusts the peak so the curve is continuous."""
+    peak = init_lr
+    if continuous:
+        peak = init_lr * init_lr / (init_lr * (1.0 - warmup / total) ** power)
+    if step < warmup:
+        return init_lr * step / warmup
+    return peak * (1.0 - min(step, total) / total) ** power
 
 
 def evaluate_schedule(steps, **kwargs):
@@ -21,29 +25,27 @@ def evaluate_schedule(steps, **kwargs):
             return [sess.run(lr, {global_step: s}) for s in steps]
 
 
-@pytest.mark.parametrize("power", [1.0, 0.5])
-@pytest.mark.parametrize("start", [0, 7038])
-def test_schedule_matches_closed_form(power, start):
+@pytest.mark.parametrize("power,continuous", [(1.0, True), (1.0, False), (0.5, False)])
+def test_schedule_matches_closed_form(power, continuous):
     kwargs = dict(init_lr=6e-3, num_train_steps=1000, num_warmup_steps=100, power=power,
-                  start_step=start)
-    offsets = [0, 1, 50, 99, 100, 101, 500, 999, 1000, 1500]
-    steps = [start + o for o in offsets]
+                  continuous=continuous)
+    steps = [0, 1, 50, 99, 100, 101, 500, 999, 1000, 1500]
     values = evaluate_schedule(steps, **kwargs)
-    expected = [closed_form(s, 6e-3, 1000, 100, power, start) for s in steps]
+    expected = [closed_form(s, 6e-3, 1000, 100, power, continuous) for s in steps]
     np.testing.assert_allclose(values, expected, rtol=1e-6, atol=1e-12)
 
 
 def test_schedule_landmarks():
     """Hand-computed values, so the test does not only compare the code with itself."""
     values = evaluate_schedule([0, 5, 10, 19, 100, 250], init_lr=1e-3, num_train_steps=100,
-                               num_warmup_steps=10, power=0.5, start_step=0)
+                               num_warmup_steps=10, power=0.5)
     np.testing.assert_allclose(values, [0.0, 5e-4, 1e-3 * 0.9 ** 0.5, 9e-4, 0.0, 0.0],
                                rtol=1e-6, atol=1e-12)
-    # Phase 2: global_step continues from phase 1, the schedule restarts at start_step.
-    phase2 = evaluate_schedule([500, 1000, 1010, 1050, 1100], init_lr=4e-3,
-                               num_train_steps=100, num_warmup_steps=20, start_step=1000)
-    np.testing.assert_allclose(phase2, [0.0, 0.0, 2e-3, 4e-3 * 0.5, 0.0], rtol=1e-6,
-                               atol=1e-12)
+    # Adam (continuous): peak at the end of warm-up, then linear to 0 over the rest, as
+    # HuggingFace's get_linear_schedule_with_warmup: lr * (100 - s) / (100 - 20).
+    adam = evaluate_schedule([10, 20, 60, 100], init_lr=1e-3, num_train_steps=100,
+                             num_warmup_steps=20, power=1.0, continuous=True)
+    np.testing.assert_allclose(adam, [5e-4, 1e-3, 5e-4, 0.0], rtol=1e-6, atol=1e-12)
     no_warmup = evaluate_schedule([0, 50], init_lr=1e-3, num_train_steps=100,
                                   num_warmup_steps=0)
     np.testing.assert_allclose(no_warmup, [1e-3, 5e-4], rtol=1e-6)

@@ -141,13 +141,15 @@ def test_non_finite_gradients_skip_the_step_and_halve_the_loss_scale(models):
         np.testing.assert_array_equal(after[n + "/lamb_m"], before[n + "/lamb_m"])
     assert after["loss_scale/loss_scale"] == 512.0
     assert after["LAMB/lamb_step"] == 1  # Adam's bias correction ignores skipped steps
-    assert after["global_step"] == 2  # global_step counts skipped optimizer steps too
+    assert after["global_step"] == 1  # as NVIDIA's: a skipped step is not an update
+    assert skipped["consecutive_skips"] == 1
 
-    scales = [model.step(b)["loss_scale"] for b in batches[2:6]]
-    assert scales == [512.0, 512.0, 512.0, 1024.0]  # doubled after 3 clean steps
+    steps = [model.step(b) for b in batches[2:6]]
+    assert [x["loss_scale"] for x in steps] == [512.0, 512.0, 512.0, 1024.0]  # 3 clean: x2
+    assert [x["consecutive_skips"] for x in steps] == [0, 0, 0, 0]
     state = model.state()
     assert state["loss_scale/skipped_steps"] == 1 and state["LAMB/lamb_step"] == 5
-    assert state["global_step"] == 6
+    assert state["global_step"] == 5 == state["LAMB/lamb_step"]
 
 
 def test_nan_inside_an_accumulation_window_drops_the_whole_window(models):
@@ -164,8 +166,8 @@ def test_nan_inside_an_accumulation_window_drops_the_whole_window(models):
         assert not state[n + "/accum"].any()  # zeroed, NaN gone
     assert state["gradient_accumulation/local_step"] == 0
     assert state["loss_scale/skipped_steps"] == 1
-    assert state["loss_scale/loss_scale"] == 2.0 ** 14
-    assert state["global_step"] == 1
+    assert state["loss_scale/loss_scale"] == 2.0 ** 31  # NVIDIA's initial 2**32, halved
+    assert state["global_step"] == 0
     # The next window trains normally.
     model.step(batches[2])
     extras = model.step(batches[3])
@@ -213,7 +215,7 @@ def test_saver_restores_the_complete_training_state(models, tmp_path):
 
     assert saved["gradient_accumulation/local_step"] == 1 and saved["dense/kernel/accum"].any()
     assert saved["loss_scale/skipped_steps"] == 1 and saved["loss_scale/loss_scale"] == 128.0
-    assert saved["loss_scale/good_steps"] == 0 and saved["global_step"] == 2
+    assert saved["loss_scale/good_steps"] == 0 and saved["global_step"] == 1
     assert saved["LAMB/lamb_step"] == 1 and saved["dense/kernel/lamb_v"].any()
     # Training state is recognisable by name; model variables are not.
     assert all(is_training_state(n) != (n in MODEL_VARIABLES) for n in saved), sorted(saved)
@@ -229,7 +231,7 @@ def test_saver_restores_the_complete_training_state(models, tmp_path):
         original.step(batch)
         restored.step(batch)
     final, resumed = original.state(), restored.state()
-    assert final["global_step"] == 4
+    assert final["global_step"] == 3
     for n in final:
         np.testing.assert_array_equal(resumed[n], final[n], err_msg=n)
 
@@ -243,3 +245,46 @@ def test_project_checkpoint_loader_skips_all_training_state(models, optimizer_ty
     for name in names:
         assert checkpoints.is_model_variable(name) == (name in INIT), name
         assert is_training_state(name) == (name not in MODEL_VARIABLES), name
+
+
+def test_one_global_norm_per_step_serves_check_clip_and_log(models):
+    """The finite check, the optimizer's clip to norm 1 and the logged norm share one
+    computation: one L2Loss per variable in the graph, not one per use."""
+    for optimizer_type in ("lamb", "adam"):
+        model = models(optimizer_type=optimizer_type, num_accumulation_steps=2,
+                       loss_scale="dynamic")
+        graph_def = model.graph.as_graph_def()  # tf.cond branches live in its functions
+        nodes = list(graph_def.node) + [n for f in graph_def.library.function
+                                        for n in f.node_def]
+        l2_losses = [n for n in nodes if n.op == "L2Loss"]
+        assert len(l2_losses) == len(INIT), (optimizer_type, len(l2_losses))
+        batches = make_batches(2, BATCH)
+        model.step(batches[0])
+        extras = model.step(batches[1])
+        assert extras["is_optimizer_step"] and extras["global_norm"] > 0
+
+
+def test_accumulation_counter_restored_past_a_smaller_window_does_not_stall(models, tmp_path):
+    """A checkpoint taken mid-window with 4 micro-batches per step, resumed with 2: the
+    counter (3) is already past the new window; the next micro-batch must step, averaging
+    what the buffers really hold, instead of never reaching equality."""
+    batches = make_batches(6, BATCH)
+    wide = models(num_accumulation_steps=4)
+    for batch in batches[:3]:
+        wide.step(batch)
+    with wide.graph.as_default():
+        path = wide.saver.save(wide.sess, os.path.join(str(tmp_path), "model.ckpt"))
+    narrow = models(num_accumulation_steps=2)
+    with narrow.graph.as_default():
+        narrow.saver.restore(narrow.sess, path)
+    extras = narrow.step(batches[3])
+    assert extras["is_optimizer_step"] and extras["global_step"] == 1
+    state = narrow.state()
+    assert state["gradient_accumulation/local_step"] == 0
+    # The update equals one step on the four micro-batches' mean (== their concatenation).
+    reference = models()
+    reference.step(concat(batches[:4]))
+    for n in INIT:
+        np.testing.assert_allclose(state[n], reference.weights()[n], rtol=0, atol=1e-5)
+    narrow.step(batches[4])
+    assert narrow.step(batches[5])["global_step"] == 2  # and windows of 2 from then on

@@ -35,12 +35,17 @@ class Workers:
     def is_chief(self):
         return self.rank == 0
 
-    def allreduce_fn(self, compress_fp16=False):
-        """callable(grad) -> grad averaged over ranks, or None for a single worker."""
+    def allreduce_fn(self, compression=None):
+        """callable(grad) -> grad averaged over ranks, or None for a single worker.
+
+        ``compression``: None (float32 on the wire) or "fp16" (only for loss-scaled
+        float16 gradients: ``training.settings.gradient_compression`` says when)."""
         if not self.use_horovod:
             return None
+        if compression not in (None, "fp16"):
+            raise ValueError(f"compression must be None or 'fp16', got {compression!r}")
         hvd = self._hvd
-        compression = hvd.Compression.fp16 if compress_fp16 else hvd.Compression.none
+        compression = hvd.Compression.fp16 if compression == "fp16" else hvd.Compression.none
         return lambda grad: hvd.allreduce(grad, op=hvd.Average, compression=compression)
 
     def hooks(self):

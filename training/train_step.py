@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from modeling.core import stateless_dropout
 from optimization import create_train_op
+from training.divergence import DivergenceGuardHook
 
 tf1 = tf.compat.v1
 
@@ -47,12 +48,12 @@ def train_spec(settings, loss, micro_step, log_tensors, extra_hooks_fn=None):
     which receive `log_tensors` plus the step's learning rate, loss scale and counters."""
     train_op, extras = create_train_op(
         loss, settings.optimizer_type, settings.learning_rate, settings.num_train_steps,
-        settings.num_warmup_steps, start_step=settings.start_step,
-        num_accumulation_steps=settings.num_accumulation_steps,
+        settings.num_warmup_steps, num_accumulation_steps=settings.num_accumulation_steps,
         loss_scale=settings.loss_scale, init_loss_scale=settings.init_loss_scale,
         allreduce_fn=settings.allreduce_fn,
         allreduce_post_accumulation=settings.allreduce_post_accumulation,
-        weight_decay_rate=settings.weight_decay_rate)
+        weight_decay_rate=settings.weight_decay_rate,
+        lamb_layer_adaptation=settings.lamb_layer_adaptation)
     with tf.control_dependencies([train_op]):
         train_op = tf.group(train_op, micro_step.assign_add(1, read_value=False))
     tensors = dict(log_tensors)
@@ -63,5 +64,6 @@ def train_spec(settings, loss, micro_step, log_tensors, extra_hooks_fn=None):
     for key in list(log_tensors) + ["learning_rate", "loss_scale"]:
         tf1.summary.scalar(key, tensors[key])
     hooks = extra_hooks_fn(tensors) if extra_hooks_fn else []
+    hooks.append(DivergenceGuardHook(extras["consecutive_skips"], settings.max_consecutive_skips))
     return tf.estimator.EstimatorSpec(tf.estimator.ModeKeys.TRAIN, loss=finite_or_zero(loss),
                                       train_op=train_op, training_hooks=hooks)

@@ -1,0 +1,52 @@
+"""The effective recipe of a pre-training run, as one JSON-able record.
+
+What a cluster run will really do depends on flags *and* on the number of ranks: under
+Horovod, `--learning_rate` is per rank (NVIDIA's convention: the optimizer applies
+`learning_rate * ranks`) and the global batch is `train_batch_size * num_accumulation_steps
+* ranks`. Nobody should discover that after a GPU-day, so every run logs this record at
+start-up (console and dllog), and `run_pretraining.py --dry_run --dry_run_ranks=N` (what
+`DRY_RUN=1 bash scripts/run_pretraining_lamb.sh ...` calls per phase) prints it without
+reading data or starting TensorFlow.
+
+This module must not import TensorFlow: the dry run is meant to be instant.
+"""
+import json
+
+from training.settings import peak_learning_rate
+
+PLAN_FIELDS = ("phase", "ranks", "max_seq_length", "max_predictions_per_seq",
+               "per_rank_batch_size", "accumulation_steps", "global_batch_size",
+               "learning_rate_per_rank", "peak_learning_rate", "train_steps", "warmup_steps",
+               "optimizer", "precision", "save_checkpoints_steps", "init_checkpoint")
+
+
+def pretraining_plan(flags, ranks):
+    """The run's plan (see PLAN_FIELDS) from parsed run_pretraining.py flags."""
+    ranks = int(ranks)
+    precision = "fp32"
+    if flags.amp:
+        precision = {"float16": "fp16", "bfloat16": "bf16"}[flags.amp_dtype]
+    plan = {
+        "phase": flags.phase,
+        "ranks": ranks,
+        "max_seq_length": flags.max_seq_length,
+        "max_predictions_per_seq": flags.max_predictions_per_seq,
+        "per_rank_batch_size": flags.train_batch_size,
+        "accumulation_steps": flags.num_accumulation_steps,
+        "global_batch_size": flags.train_batch_size * flags.num_accumulation_steps * ranks,
+        "learning_rate_per_rank": float(flags.learning_rate),
+        "peak_learning_rate": peak_learning_rate(flags.learning_rate, ranks),
+        "train_steps": flags.num_train_steps,
+        "warmup_steps": flags.num_warmup_steps,
+        "optimizer": flags.optimizer_type,
+        "precision": precision,
+        "save_checkpoints_steps": flags.save_checkpoints_steps,
+        "init_checkpoint": flags.init_checkpoint,
+    }
+    assert tuple(plan) == PLAN_FIELDS
+    return plan
+
+
+def plan_line(plan):
+    """The plan as the one JSON line that dry runs print and runs log."""
+    return json.dumps(dict(plan, event="plan"), sort_keys=False)
