@@ -15,11 +15,13 @@ model_dir, which Horovod ranks other than 0 do not have, and saves on its own sc
 Layout: `<output_dir>/input_state/rank-<r>/micro_step-<m>.{index,data-*,json}`. The key `m`
 is the `micro_step` of the model checkpoint saved at the same moment (micro-batches this rank
 consumed; unlike global_step it counts every micro-batch). Each rank saves its own states,
-at every model checkpoint (the Estimator's rule: every `save_checkpoints_steps` global steps,
-replicated on every rank since only rank 0 has the Estimator's saver) and at the end of
-training (normal end or preemption). The `.json` marker is written last, via a temporary
-name and a rename, and names the data order the state belongs to: a state is used only when
-its marker exists and matches, so a kill -9 in the middle of a save leaves no usable half.
+at every model checkpoint and at the end of training (normal end or preemption): rank 0 just
+before each of the Estimator's model checkpoints (from its saver's listener), the other
+ranks, which have no model saver, by applying the Estimator's rule themselves (every
+`save_checkpoints_steps` global steps) at the end of the same step. The `.json` marker is
+written last, via a temporary name and a rename, and names the data order the state belongs
+to: a state is used only when its marker exists and matches, so a kill -9 in the middle of a
+save leaves no usable half.
 """
 import hashlib
 import json
@@ -91,23 +93,43 @@ class InputStateStore:
             tf.io.gfile.remove(os.path.join(self.directory, name))
 
 
+class _SaveBeforeModelCheckpoint(tf1.train.CheckpointSaverListener):
+    """Rank 0: the Estimator's saver runs before any user hook, so the input state is saved
+    from its listener, just before each model checkpoint: a model checkpoint is never on disk
+    without the input state of its micro_step."""
+
+    def __init__(self, save):
+        self._save = save
+
+    def before_save(self, session, global_step_value):
+        self._save(session)
+
+
 class InputStateHook(tf1.train.SessionRunHook):
     """Owns one rank's training iterator: creates it (`input_fn`), initialises it, restores
-    the snapshot at `restore_micro_step` (if given) and saves snapshots into `store` whenever the
-    Estimator saves a model checkpoint (every `save_checkpoints_steps` global steps) and at
-    the end of training."""
+    the snapshot at `restore_micro_step` (if given), and saves snapshots into `store` with
+    every model checkpoint and at the end of training (normal end or preemption).
 
-    def __init__(self, store, save_checkpoints_steps, global_step, restore_micro_step=None):
+    Rank 0 saves from `listener` (pass it to `Estimator.train(saving_listeners=...)`), just
+    before the Estimator's model checkpoint. The other ranks have no Estimator saver; they
+    apply its rule themselves: every `save_checkpoints_steps` global steps, counted from the
+    resumed step (global steps are the same on every rank).
+    """
+
+    def __init__(self, store, save_checkpoints_steps, global_step, restore_micro_step=None,
+                 is_chief=True):
         """`global_step` and `restore_micro_step` are the resumed checkpoint's, read from the
-        shared output folder: every rank starts the rule from the same step as rank 0's
-        Estimator, whatever order the hooks (and Horovod's broadcast) run in."""
+        shared output folder: every rank starts from the same values as rank 0's Estimator,
+        whatever order the hooks (and Horovod's broadcast) run in."""
         self._store = store
         self._restore_micro_step = restore_micro_step
-        self._timer = (tf1.train.SecondOrStepTimer(every_steps=save_checkpoints_steps)
-                       if save_checkpoints_steps else None)
+        every = save_checkpoints_steps if save_checkpoints_steps and not is_chief else None
+        self._timer = tf1.train.SecondOrStepTimer(every_steps=every) if every else None
+        self.listener = (_SaveBeforeModelCheckpoint(self._save)
+                         if save_checkpoints_steps and is_chief else None)
         self._start_step = global_step
         self._iterator = None
-        self.saved = []
+        self._trained = False
 
     def input_fn(self, make_dataset):
         """An Estimator input_fn reading `make_dataset()` through an iterator this hook owns
@@ -146,7 +168,8 @@ class InputStateHook(tf1.train.SessionRunHook):
             self._timer.update_last_triggered_step(self._start_step)
 
     def before_run(self, run_context):
-        return tf1.train.SessionRunArgs(self._global_step)
+        self._trained = True
+        return tf1.train.SessionRunArgs(self._global_step) if self._timer else None
 
     def after_run(self, run_context, run_values):
         # The rule of the Estimator's CheckpointSaverHook: a cheap test on the global step
@@ -162,10 +185,13 @@ class InputStateHook(tf1.train.SessionRunHook):
         self._save(session)
 
     def _save(self, session):
+        # Not before the first step: the Estimator's checkpoint at start-up (listener) comes
+        # before this hook has set up the iterator, and marks no new position anyway.
+        if not self._trained:
+            return
         micro_step = int(session.run(self._micro_step))
         if micro_step == self._last_saved:
             return
         path = self._store.save(session, self._saver, micro_step)
         self._last_saved = micro_step
-        self.saved.append(micro_step)
         logging.info("input state saved: %s", path)

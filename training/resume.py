@@ -56,7 +56,7 @@ def _input_position(training_input, output_dir, workers, save_checkpoints_steps,
                         "input pipeline and skipping %d records (exact, but slower)",
                         workers.rank, micro_step, store.directory, skip)
     hook = InputStateHook(store, save_checkpoints_steps, global_step,
-                          micro_step if restore else None)
+                          micro_step if restore else None, workers.is_chief)
     return skip, hook
 
 
@@ -79,7 +79,9 @@ def train_resuming(estimator, training_input, output_dir, max_steps, workers,
     skip, input_state = _input_position(training_input, output_dir, workers,
                                         save_checkpoints_steps, reset_data_position, done)
     preemption = PreemptionHook(os.path.join(output_dir, "model.ckpt"), workers.is_chief)
+    # input_state before preemption: at the end, the input state is saved before the model.
     estimator.train(input_state.input_fn(lambda: training_input.dataset(skip)),
                     max_steps=max_steps,
-                    hooks=workers.hooks() + [preemption, input_state] + list(extra_hooks))
+                    hooks=workers.hooks() + [input_state, preemption] + list(extra_hooks),
+                    saving_listeners=[input_state.listener] if input_state.listener else None)
     return preemption
