@@ -21,7 +21,7 @@ from modeling import BertConfig, ConfigError
 from modeling.checkpoints import CheckpointError, resolve_checkpoint
 from training.distributed import Workers
 from training.hooks import StepLoggingHook
-from training.records import record_input_fn
+from training.records import TrainingInput, record_input_fn
 from training.run_config import make_run_config
 from training.resume import train_resuming
 from training.settings import (TrainingSettings, UsageError, gradient_compression,
@@ -100,13 +100,13 @@ def run(task, flags):
                                        config=run_config)
 
     if flags.do_train:
-        def train_input_fn(skip_records_fn):
-            return record_input_fn(
-                [train_file], flags.train_batch_size, task.feature_spec(is_training=True),
-                True, seed=flags.seed, num_shards=workers.size, shard_index=workers.rank,
-                skip_records_fn=skip_records_fn)
-        preemption = train_resuming(estimator, train_input_fn, flags.output_dir,
-                                    num_train_steps, flags.train_batch_size, workers)
+        # One training file: under Horovod every rank reads it and keeps every N-th record.
+        train_input = TrainingInput(
+            (train_file,), flags.train_batch_size, task.feature_spec(is_training=True),
+            seed=flags.seed, num_shards=workers.size, shard_index=workers.rank,
+            shard_by="records")
+        preemption = train_resuming(estimator, train_input, flags.output_dir,
+                                    num_train_steps, workers, flags.save_checkpoints_steps)
         if preemption is not None:
             results["train"] = log_hooks[-1].summary() if log_hooks else {}
             if preemption.received is not None:

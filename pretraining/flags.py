@@ -60,3 +60,9 @@ def define_flags(flag_values=flags.FLAGS):
     f.DEFINE_float("peak_tflops", 0.0,
                    "Peak TFLOP/s of one device for the MFU estimate (0: look up the GPU).")
     f.DEFINE_integer("shuffle_buffer", 1000, "Record shuffle window of the input pipeline.")
+    f.DEFINE_bool("reset_data_position", False,
+                  "Resume a checkpoint whose data settings (ranks, --train_batch_size, --seed, "
+                  "--shuffle_buffer, input files; recorded in --output_dir/data_order.json) "
+                  "differ from this run's, restarting the data order from its beginning at "
+                  "the checkpoint's step: examples already trained on may be seen again. "
+                  "Without it such a resume stops with an error.")

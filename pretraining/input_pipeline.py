@@ -3,12 +3,16 @@
 Records are those of Google's `create_pretraining_data.py` (ours writes the same): the
 feature names, types and lengths below. The reading itself (deterministic order, exact
 resume, per-rank sharding) is `training.records`, shared with fine-tuning.
+
+Under Horovod, pre-training shards by whole files only: with fewer files than ranks it
+refuses to start (InputError) instead of having every rank read every file and keep 1/N of
+the records, which multiplies the I/O by the number of ranks without saying so.
 """
 import os
 
 import tensorflow as tf
 
-from training.records import record_dataset, record_input_fn
+from training.records import TrainingInput, record_dataset, record_input_fn
 
 tf1 = tf.compat.v1
 
@@ -83,11 +87,34 @@ def check_records_match(files, max_seq_length, max_predictions_per_seq):
     raise InputError(f"{files[0]}: input files hold no records")
 
 
+def check_file_sharding(files, ranks):
+    """Each rank reads whole files: refuses (InputError) fewer files than ranks."""
+    if len(files) < ranks:
+        raise InputError(
+            f"{len(files)} training input file{'s' * (len(files) != 1)} for {ranks} ranks: "
+            "each rank reads whole files, so there must be at least one per rank; re-shard "
+            "with `bertPrep.py --action sharding --n_training_shards=K` (K a multiple of "
+            f"{ranks})")
+
+
+def training_input(files, batch_size, max_seq_length, max_predictions_per_seq, seed, ranks,
+                   rank, shuffle_buffer):
+    """This rank's pre-training stream (`training.records.TrainingInput`), whole files per
+    rank; raises InputError when there are fewer files than ranks."""
+    check_file_sharding(files, ranks)
+    return TrainingInput(tuple(files), batch_size,
+                         feature_spec(max_seq_length, max_predictions_per_seq), seed=seed,
+                         num_shards=ranks, shard_index=rank, shard_by="files",
+                         shuffle_buffer=shuffle_buffer)
+
+
 def make_dataset(files, batch_size, max_seq_length, max_predictions_per_seq, is_training,
                  **options):
-    """Pre-training batches; see `training.records.record_dataset` for `options`."""
+    """Pre-training batches; see `training.records.record_dataset` for `options` (sharding is
+    by whole files: InputError with fewer files than `num_shards`)."""
+    check_file_sharding(files, options.get("num_shards", 1))
     return record_dataset(files, batch_size, feature_spec(max_seq_length, max_predictions_per_seq),
-                          is_training, **options)
+                          is_training, shard_by="files", **options)
 
 
 def make_input_fn(files, batch_size, max_seq_length, max_predictions_per_seq, is_training,

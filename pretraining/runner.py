@@ -17,7 +17,7 @@ from absl import logging
 from modeling import BertConfig, ConfigError
 from modeling.checkpoints import CheckpointError
 from pretraining.input_pipeline import (InputError, check_records_match, list_input_files,
-                                        make_input_fn)
+                                        make_input_fn, training_input)
 from pretraining.model_fn import make_model_fn
 from pretraining.plan import plan_line, pretraining_plan
 from training.distributed import Workers
@@ -85,6 +85,10 @@ def run(flags):
     if flags.do_train:
         train_files = list_input_files(flags.input_files_dir)
         check_records_match(train_files, flags.max_seq_length, flags.max_predictions_per_seq)
+        train_input = training_input(
+            train_files, flags.train_batch_size, flags.max_seq_length,
+            flags.max_predictions_per_seq, flags.seed, workers.size, workers.rank,
+            flags.shuffle_buffer)
     if flags.do_eval:
         eval_files = list_input_files(flags.eval_files_dir)
         check_records_match(eval_files, flags.max_seq_length, flags.max_predictions_per_seq)
@@ -123,16 +127,11 @@ def run(flags):
     estimator = tf.estimator.Estimator(make_model_fn(settings, logging_hooks), config=run_config)
 
     if flags.do_train:
-        def train_input_fn(skip_records_fn):
-            return make_input_fn(
-                train_files, flags.train_batch_size, flags.max_seq_length,
-                flags.max_predictions_per_seq, True, seed=flags.seed,
-                num_shards=workers.size, shard_index=workers.rank,
-                shuffle_buffer=flags.shuffle_buffer, skip_records_fn=skip_records_fn)
         extra = [WeightsFingerprintHook(workers.rank)] if workers.use_horovod else []
-        preemption = train_resuming(estimator, train_input_fn, flags.output_dir,
-                                    flags.num_train_steps, flags.train_batch_size, workers,
-                                    extra)
+        preemption = train_resuming(estimator, train_input, flags.output_dir,
+                                    flags.num_train_steps, workers,
+                                    flags.save_checkpoints_steps, extra,
+                                    reset_data_position=flags.reset_data_position)
         if preemption is not None:
             if log_hooks:
                 results["train"] = log_hooks[-1].summary()

@@ -1,5 +1,5 @@
 """run_pretraining end to end on small records: precisions x XLA x accumulation, exact resume
-after kill -9, SIGTERM, start-up checks, input sharding."""
+after kill -9, SIGTERM, start-up checks, input sharding (whole files per rank)."""
 import os
 import signal
 import subprocess
@@ -186,9 +186,11 @@ def test_input_sharding_is_disjoint_and_skip_resumes_exactly(tmp_path):
     # whole files per rank: the ranks' records never overlap
     rank0, rank1 = set(rows(2, 0, files, batches=10)), set(rows(2, 1, files, batches=10))
     assert rank0 and rank1 and not rank0 & rank1
-    # fewer files than ranks: record-level sharding, still disjoint
-    few0, few1 = set(rows(2, 0, files[:1])), set(rows(2, 1, files[:1]))
-    assert few0 and few1 and not few0 & few1
+    # fewer files than ranks: refused (pre-training shards by whole files only)
+    with pytest.raises(InputError, match=r"^1 training input file for 2 ranks: .* re-shard "
+                                         r"with `bertPrep\.py --action sharding "
+                                         r"--n_training_shards=K` \(K a multiple of 2\)$"):
+        rows(2, 1, files[:1])
     # skipping k records continues the same stream exactly
     full = rows(1, 0, files, batches=8)
     assert rows(1, 0, files, skip=6, batches=5) == full[6:16]

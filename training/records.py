@@ -1,15 +1,27 @@
 """Reading TFRecord examples for training, evaluation and prediction (any feature spec).
 
-Reading is deterministic for a given seed, which is what makes an interrupted run resumable
-to the exact example: the pipeline is rebuilt with the same seed and the records already
-consumed are skipped before parsing (cheap: no decoding), so a resumed run never trains twice
-on an example nor skips one.
+Reading is deterministic for a given seed, so each rank's sequence of training batches is a
+fixed function of its `TrainingInput`. A resumed run continues that sequence either from a
+saved iterator state (`training.input_state`, O(1)) or, when there is none, by rebuilding the
+pipeline and skipping the records already consumed (exact but O(records trained)).
 
-Under Horovod each rank reads a disjoint part: whole files when there are at least as many
-files as ranks, otherwise every rank reads all files and keeps every N-th record
-(record-level sharding). No rank ever sees another rank's examples.
+Under Horovod each rank reads a disjoint part, chosen explicitly by the caller:
+- "files": whole files per rank (needs at least as many files as ranks). Pre-training uses
+  only this: every rank reads 1/N of the bytes.
+- "records": every rank reads every file and keeps every N-th record. Fine-tuning uses this
+  for its single training file (small, so reading it N times costs nothing).
+No rank ever sees another rank's examples.
 """
+import dataclasses
+import hashlib
+import os
+from typing import Tuple
+
 import tensorflow as tf
+
+SHARD_BY = ("files", "records")
+SHUFFLE_BUFFER = 100
+CYCLE_LENGTH = 4
 
 
 def _decode(record, spec):
@@ -20,23 +32,31 @@ def _decode(record, spec):
 
 
 def record_dataset(files, batch_size, spec, is_training, seed=12345, num_shards=1,
-                   shard_index=0, skip_records=0, cycle_length=4, shuffle_buffer=100,
-                   drop_remainder=True):
+                   shard_index=0, shard_by="files", skip_records=0, cycle_length=CYCLE_LENGTH,
+                   shuffle_buffer=SHUFFLE_BUFFER, drop_remainder=True):
     """A dataset of feature dicts parsed with `spec`, each value [batch_size, ...].
 
     Training: files shuffled (seeded), repeated forever, read interleaved from `cycle_length`
     files, records shuffled in a `shuffle_buffer` window, `skip_records` records skipped (the
-    resume position of this rank), batches of exactly `batch_size`.
+    resume position of this rank when no saved iterator state exists), batches of exactly
+    `batch_size`.
     Evaluation/prediction: files in order, read once (the last batch may be short unless
     `drop_remainder`).
+    `shard_by` ("files" or "records", see the module docstring) applies when num_shards > 1;
+    "files" with fewer files than shards raises ValueError.
     """
-    record_sharding = num_shards > 1 and len(files) < num_shards
+    if shard_by not in SHARD_BY:
+        raise ValueError(f"shard_by must be one of {SHARD_BY}, got {shard_by!r}")
+    sharded = num_shards > 1
+    if sharded and shard_by == "files" and len(files) < num_shards:
+        raise ValueError(f"{len(files)} files cannot be split by file over {num_shards} shards")
+    record_sharding = sharded and shard_by == "records"
     dataset = tf.data.Dataset.from_tensor_slices(tf.constant(files))
-    if num_shards > 1 and not record_sharding:
+    if sharded and not record_sharding:
         dataset = dataset.shard(num_shards, shard_index)
     if is_training:
-        file_count = len(files) if record_sharding or num_shards == 1 else \
-            len(files[shard_index::num_shards])
+        file_count = len(files[shard_index::num_shards]) if sharded and not record_sharding \
+            else len(files)
         dataset = dataset.shuffle(max(file_count, 1), seed=seed, reshuffle_each_iteration=True)
         dataset = dataset.repeat()
         dataset = dataset.interleave(tf.data.TFRecordDataset,
@@ -56,17 +76,51 @@ def record_dataset(files, batch_size, spec, is_training, seed=12345, num_shards=
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
-def record_input_fn(files, batch_size, spec, is_training, **kwargs):
-    """An Estimator input_fn (features only: the labels are features of the same record).
-
-    `kwargs` may carry a callable `skip_records_fn` evaluated when the input_fn runs (i.e.
-    after the Estimator found its checkpoint), returning how many records to skip.
-    """
-    skip_records_fn = kwargs.pop("skip_records_fn", None)
+def record_input_fn(files, batch_size, spec, is_training, **options):
+    """An Estimator input_fn of `record_dataset(files, batch_size, spec, is_training,
+    **options)` (features only: the labels are features of the same record)."""
 
     def input_fn(params=None):
-        skip = skip_records_fn() if skip_records_fn else kwargs.get("skip_records", 0)
-        options = dict(kwargs, skip_records=skip)
         return record_dataset(files, batch_size, spec, is_training, **options)
 
     return input_fn
+
+
+def _files_digest(files):
+    """sha256 over the files' base names and sizes: the same data moved to another folder
+    keeps its digest, re-generated shards under the same names usually do not."""
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(f"{os.path.basename(path)}\0{tf.io.gfile.stat(path).length}\n".encode())
+    return digest.hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingInput:
+    """One rank's stream of training batches: what `record_dataset` reads, and (`order()`)
+    the settings that fix the order of that stream across the job."""
+    files: Tuple[str, ...]
+    batch_size: int
+    spec: dict = dataclasses.field(compare=False, repr=False)
+    seed: int = 12345
+    num_shards: int = 1
+    shard_index: int = 0
+    shard_by: str = "files"
+    shuffle_buffer: int = SHUFFLE_BUFFER
+    cycle_length: int = CYCLE_LENGTH
+
+    def dataset(self, skip_records=0):
+        """The batches, after skipping `skip_records` records of this rank's stream."""
+        return record_dataset(list(self.files), self.batch_size, self.spec, True,
+                              seed=self.seed, num_shards=self.num_shards,
+                              shard_index=self.shard_index, shard_by=self.shard_by,
+                              skip_records=skip_records, cycle_length=self.cycle_length,
+                              shuffle_buffer=self.shuffle_buffer)
+
+    def order(self):
+        """The job-wide settings a resumed run must share for a data position (micro-batches
+        consumed per rank) to mean the same records (JSON-able)."""
+        return {"ranks": self.num_shards, "train_batch_size": self.batch_size,
+                "seed": self.seed, "shuffle_buffer": self.shuffle_buffer,
+                "cycle_length": self.cycle_length, "shard_by": self.shard_by,
+                "input_files": len(self.files), "input_files_sha256": _files_digest(self.files)}

@@ -1,0 +1,309 @@
+"""Resuming the data position: per-rank input states restored in O(1) (no records skipped),
+the skipping fallback, refusal of changed data settings, file-level sharding in
+pre-training, and bit-identical weights after kill -9 (twice, with accumulation, and under
+two Horovod ranks)."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from pretraining.input_pipeline import InputError, feature_spec, training_input
+from pretraining_records import write_random_records
+from test_pretraining import PREDICTIONS, SEQ, checkpoint_tensors, command_line, data  # noqa: F401
+from training import data_order, records
+from training.distributed import Workers
+from training.records import TrainingInput, record_dataset
+from training.resume import train_resuming
+from training.run_config import make_run_config
+from training.settings import UsageError
+from training.train_step import micro_step_variable
+
+tf1 = tf.compat.v1
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("records")
+    paths = []
+    for index in range(3):
+        path = folder / f"part-{index}.tfrecord"
+        write_random_records(path, 30, SEQ, PREDICTIONS, 10_000, seed=50 + index)
+        paths.append(str(path))
+    return tuple(paths)
+
+
+@pytest.fixture
+def skips(monkeypatch):
+    """Records skipped by every training pipeline built (what a resume re-reads)."""
+    seen = []
+
+    def spy(*args, **kwargs):
+        if args[3]:  # is_training
+            seen.append(kwargs.get("skip_records", 0))
+        return record_dataset(*args, **kwargs)
+
+    monkeypatch.setattr(records, "record_dataset", spy)
+    return seen
+
+
+class _Batches(tf1.train.SessionRunHook):
+    """Collects the input_ids of every micro-batch trained on."""
+
+    def __init__(self, ids, into):
+        self._ids, self._into = ids, into
+
+    def before_run(self, run_context):
+        return tf1.train.SessionRunArgs(self._ids)
+
+    def after_run(self, run_context, run_values):
+        self._into.append(run_values.results.tolist())
+
+
+def train(output_dir, files, max_steps, batch_size=4, save_checkpoints_steps=2, seed=7,
+          reset=None):
+    """Trains a counting model with train_resuming; returns the batches it trained on."""
+    batches = []
+
+    def model_fn(features, labels, mode, params=None):
+        micro_step = micro_step_variable()
+        global_step = tf1.train.get_or_create_global_step()
+        weight = tf1.get_variable("weight", [], tf.float32, tf1.zeros_initializer())
+        loss = weight * tf.reduce_sum(tf.cast(features["input_ids"], tf.float32))
+        train_op = tf.group(micro_step.assign_add(1), global_step.assign_add(1))
+        return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op, training_hooks=[
+            _Batches(features["input_ids"], batches)])
+
+    workers = Workers(False)
+    estimator = tf.estimator.Estimator(model_fn, config=make_run_config(
+        str(output_dir), workers, save_checkpoints_steps, 5, seed=seed))
+    stream = TrainingInput(tuple(files), batch_size, feature_spec(SEQ, PREDICTIONS),
+                           seed=seed, shuffle_buffer=16)
+    train_resuming(estimator, stream, str(output_dir), max_steps, workers,
+                   save_checkpoints_steps, reset_data_position=reset)
+    return batches
+
+
+def states(output_dir):
+    folder = os.path.join(output_dir, "input_state", "rank-0")
+    return sorted(int(name.split("-")[1].split(".")[0]) for name in os.listdir(folder)
+                  if name.endswith(".json"))
+
+
+def model_checkpoints(output_dir):
+    return sorted(int(path.name.split("-")[1].split(".")[0])
+                  for path in output_dir.glob("model.ckpt-*.index"))
+
+
+def test_resume_restores_the_input_state_and_skips_no_records(files, tmp_path, skips):
+    reference = train(tmp_path / "reference", files, 12)
+    assert skips == [0]
+    out = tmp_path / "run"
+    first = train(out, files, 5)
+    # a state at every model checkpoint (steps 2, 4) and at the end (5), the last 3 kept
+    assert states(out) == [2, 4, 5] == model_checkpoints(out)[-3:]
+    second = train(out, files, 12)
+    assert skips == [0, 0, 0], "the resumed pipeline re-read records"
+    assert first + second == reference
+    # the Estimator's rule restarts at the resumed step: model checkpoints 7, 9, 11 and 12
+    assert states(out) == [9, 11, 12] == model_checkpoints(out)[-3:]
+
+
+def test_state_of_an_older_checkpoint_is_found_by_its_micro_step(files, tmp_path, skips):
+    reference = train(tmp_path / "reference", files, 9)
+    out = tmp_path / "run"
+    train(out, files, 6)
+    # as if killed after the input state of step 6 but before its model checkpoint
+    tf1.train.update_checkpoint_state(str(out), str(out / "model.ckpt-4"))
+    assert train(out, files, 9) == reference[4:]
+    assert skips[-1] == 0
+
+
+def test_without_a_matching_state_the_pipeline_skips_exactly_and_warns(files, tmp_path, skips,
+                                                                       caplog):
+    reference = train(tmp_path / "reference", files, 10)
+    out = tmp_path / "run"
+    train(out, files, 5)
+    shutil.rmtree(out / "input_state")
+    os.remove(out / data_order.DATA_ORDER_FILE)  # as written by an older version
+    with caplog.at_level("WARNING"):
+        assert train(out, files, 10) == reference[5:]
+    assert skips[-1] == 5 * 4
+    assert "no input state for micro_step 5" in caplog.text
+    assert "skipping 20 records (exact, but slower)" in caplog.text
+    assert json.loads((out / data_order.DATA_ORDER_FILE).read_text())["start_micro_step"] == 0
+
+
+def test_changed_data_settings_are_refused_unless_the_position_is_reset(files, tmp_path,
+                                                                        skips):
+    out = tmp_path / "run"
+    train(out, files, 4)
+    with pytest.raises(UsageError) as refused:
+        train(out, files, 8, batch_size=8, reset=False)
+    assert str(refused.value) == (
+        f"{out}: its checkpoint's data position (micro_step 4) was reached with "
+        "train_batch_size=4 but this run has train_batch_size=8; rerun with the recorded "
+        "values or use a new --output_dir, or pass --reset_data_position to restart the data "
+        "order on purpose")
+    with pytest.raises(UsageError, match=r"seed=7 but this run has seed=8; rerun with the "
+                                         r"recorded values or use a new --output_dir$"):
+        train(out, files, 8, seed=8)  # a caller without a reset option (fine-tuning)
+    # a reset restarts the order: the next batches are those of a fresh run with batch 8
+    fresh = train(tmp_path / "fresh", files, 4, batch_size=8)
+    assert train(out, files, 8, batch_size=8, reset=True) == fresh
+    assert json.loads((out / data_order.DATA_ORDER_FILE).read_text())["start_micro_step"] == 4
+    # and positions count from the reset: without states, 2 micro-batches of 8 are skipped
+    shutil.rmtree(out / "input_state")
+    assert train(out, files, 10, batch_size=8) == train(tmp_path / "fresh", files, 6,
+                                                        batch_size=8)
+    assert skips[-2] == 4 * 8 and skips[-1] == 0
+
+
+def test_other_ranks_or_files_are_refused(files, tmp_path):
+    stream = TrainingInput(files, 4, {}, seed=7)
+    data_order.record(str(tmp_path), dict(stream.order(), start_micro_step=0))
+    two_ranks = TrainingInput(files, 4, {}, seed=7, num_shards=2)
+    with pytest.raises(UsageError, match=r"reached with ranks=1 but this run has ranks=2;"):
+        data_order.resolve(str(tmp_path), two_ranks.order(), 6)
+    fewer = TrainingInput(files[:2], 4, {}, seed=7)
+    with pytest.raises(UsageError, match=r"with input_files=3, input_files_sha256=\w+ but "
+                                         r"this run has input_files=2, input_files_sha256="):
+        data_order.resolve(str(tmp_path), fewer.order(), 6)
+    assert data_order.resolve(str(tmp_path), two_ranks.order(), 0)["start_micro_step"] == 0
+
+
+def test_pretraining_shards_whole_files_and_fine_tuning_records(files):
+    with pytest.raises(InputError, match=r"^2 training input files for 3 ranks: .*"
+                                         r"--n_training_shards=K` \(K a multiple of 3\)$"):
+        training_input(files[:2], 4, SEQ, PREDICTIONS, 7, 3, 0, 16)
+    spec = feature_spec(SEQ, PREDICTIONS)
+
+    def ids(rank):
+        dataset = record_dataset([files[0]], 30, spec, False, num_shards=2, shard_index=rank,
+                                 shard_by="records", drop_remainder=False)
+        return {tuple(row) for batch in dataset for row in batch["input_ids"].numpy()}
+
+    rank0, rank1 = ids(0), ids(1)
+    assert len(rank0) == len(rank1) == 15 and not rank0 & rank1
+    with pytest.raises(ValueError, match="1 files cannot be split by file over 2 shards"):
+        record_dataset([files[0]], 4, spec, True, num_shards=2)
+
+
+def kill_when_written(args, paths, log, cwd):
+    """Starts `args`, kill -9s every process of it once all `paths` exist."""
+    with open(log, "w") as stderr:
+        process = subprocess.Popen(args, cwd=cwd, stdout=subprocess.DEVNULL, stderr=stderr)
+        deadline = time.time() + 300
+        while not all(path.exists() for path in paths):
+            assert process.poll() is None and time.time() < deadline, "run ended before the kill"
+            time.sleep(0.05)
+        psutil = pytest.importorskip("psutil")
+        job = psutil.Process(process.pid)
+        for child in job.children(recursive=True):  # Horovod ranks would get SIGTERM
+            child.send_signal(signal.SIGKILL)
+        process.kill()
+        process.wait()
+    return log.read_text()
+
+
+def assert_bit_identical(reference, got):
+    expected, actual = checkpoint_tensors(str(reference)), checkpoint_tensors(str(got))
+    assert expected.keys() == actual.keys()
+    for name, value in expected.items():
+        np.testing.assert_array_equal(actual[name], value, err_msg=name)
+
+
+def test_two_kills_with_accumulation_resume_bit_identical(data, tmp_path, repo_root):
+    """Killed after its 2nd checkpoint, resumed from the input state, killed again, resumed
+    without input states (skipping): the weights equal an uninterrupted run's, bit for bit."""
+    overrides = dict(num_train_steps=16, save_checkpoints_steps=2, num_accumulation_steps=3)
+    reference = tmp_path / "reference"
+    subprocess.run(command_line(data, reference, **overrides), cwd=repo_root, check=True,
+                   capture_output=True, timeout=300)
+
+    run = tmp_path / "interrupted"
+    args = command_line(data, run, **overrides)
+    kill_when_written(args, [run / "model.ckpt-4.index"], tmp_path / "first.log", repo_root)
+    log = kill_when_written(args, [run / "model.ckpt-10.index"], tmp_path / "second.log",
+                            repo_root)
+    assert "rank 0 resumes its input from" in log and "0 records skipped" in log
+    assert "no input state" not in log
+    shutil.rmtree(run / "input_state")
+    result = subprocess.run(args, cwd=repo_root, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "no input state for micro_step" in result.stderr
+    assert "(exact, but slower)" in result.stderr
+
+    assert_bit_identical(reference / "model.ckpt-16", run / "model.ckpt-16")
+    assert checkpoint_tensors(str(run / "model.ckpt-16"))["micro_step"] == 48
+
+
+def test_resume_with_another_batch_size_is_refused_in_one_line(data, tmp_path, repo_root):
+    out = tmp_path / "run"
+    subprocess.run(command_line(data, out, num_train_steps=2), cwd=repo_root, check=True,
+                   capture_output=True, timeout=300)
+    result = subprocess.run(command_line(data, out, num_train_steps=4, train_batch_size=8),
+                            cwd=repo_root, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: {out}: its checkpoint's data position (micro_step 2) was reached with "
+        "train_batch_size=4 but this run has train_batch_size=8; rerun with the recorded "
+        "values or use a new --output_dir, or pass --reset_data_position to restart the data "
+        "order on purpose")
+    result = subprocess.run(command_line(data, out, num_train_steps=4, train_batch_size=8) +
+                            ["--reset_data_position"], cwd=repo_root, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((out / "data_order.json").read_text())["start_micro_step"] == 2
+
+
+@pytest.mark.horovod
+def test_two_horovod_ranks_resume_their_own_input_states(data, tmp_path, repo_root):
+    pytest.importorskip("horovod.tensorflow", reason="Horovod not installed "
+                        "(bash scripts/install.sh builds it)")
+    horovodrun = [os.path.join(os.path.dirname(sys.executable), "horovodrun"), "-np", "2",
+                  "--gloo", "-H", "localhost:2"]
+
+    def args(output, **overrides):
+        settings = dict(num_train_steps=8, save_checkpoints_steps=2, num_accumulation_steps=2)
+        settings.update(overrides)
+        return horovodrun + command_line(data, output, **settings) + ["--horovod"]
+
+    reference, run = tmp_path / "reference", tmp_path / "interrupted"
+    result = subprocess.run(args(reference), cwd=repo_root, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    # killed once every rank saved its own position for checkpoint 4 (micro_step 8); rank 1
+    # writes it at the end of the same step as rank 0's checkpoint, possibly just after it
+    states = [run / "input_state" / f"rank-{rank}" / "micro_step-8.json" for rank in (0, 1)]
+    kill_when_written(args(run), [run / "model.ckpt-4.index"] + states,
+                      tmp_path / "killed.log", repo_root)
+    result = subprocess.run(args(run), cwd=repo_root, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    output = result.stdout + result.stderr
+    assert "rank 0 resumes its input from" in output and "rank 1 resumes its input from" in output
+    assert "no input state" not in output
+    assert_bit_identical(reference / "model.ckpt-8", run / "model.ckpt-8")
+
+    single = tmp_path / "one_file"
+    single.mkdir()
+    os.symlink(data / "train" / "part-0.tfrecord", single / "part-0.tfrecord")
+    result = subprocess.run(args(tmp_path / "few", input_files_dir=str(single)), cwd=repo_root,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    # the ranks' own output (horovodrun prefixes it with [rank]; it may stop the second rank
+    # before that prints) holds no traceback, only the one-line error
+    ranks = [line.split(":", 1)[1] for line in (result.stdout + result.stderr).splitlines()
+             if line.startswith(("[0]<stderr>:", "[1]<stderr>:"))]
+    assert not any("Traceback" in line for line in ranks)
+    assert {line for line in ranks if line.startswith("error:")} == {
+        "error: 1 training input file for 2 ranks: each rank reads whole files, so there "
+        "must be at least one per rank; re-shard with `bertPrep.py --action sharding "
+        "--n_training_shards=K` (K a multiple of 2)"}

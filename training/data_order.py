@@ -1,0 +1,84 @@
+"""The job-level record of what fixes the training data order, checked when a run resumes.
+
+A checkpoint's `micro_step` (micro-batches each rank consumed) is a data position only for
+the settings that produced it: number of ranks (which files each rank reads), per-rank batch
+size, seed, shuffle window, input files. Rank 0 writes those settings to
+`<output_dir>/data_order.json` (atomically) when a run starts, with `start_micro_step`: the
+micro-step at which this data order began (0, or the step of a deliberate reset).
+
+On resume, settings that differ from the recorded ones are refused in one line (UsageError)
+rather than mapped: with other ranks or another batch size the records each rank consumed
+are not a position of the new streams, and guessing one would silently repeat or drop data.
+`reset=True` (pre-training's --reset_data_position) restarts the data order on purpose at the
+checkpoint's micro-step. Every rank computes the same outcome from the same inputs, so it
+does not matter whether it reads the file before or after rank 0 rewrites it.
+"""
+import json
+import os
+
+import tensorflow as tf
+from absl import logging
+
+from training.settings import UsageError
+
+DATA_ORDER_FILE = "data_order.json"
+START = "start_micro_step"
+
+
+def write_json_atomically(path, value):
+    """Writes `value` as JSON to `path` via a temporary name and a rename, so readers (other
+    ranks, a resumed run after kill -9) see the old file or the new one, never a part."""
+    temporary = f"{path}.tmp-{os.getpid()}"
+    with tf.io.gfile.GFile(temporary, "w") as writer:
+        writer.write(json.dumps(value, indent=1, sort_keys=True) + "\n")
+    tf.io.gfile.rename(temporary, path, overwrite=True)
+
+
+def read_json(path):
+    """The JSON object in `path`, or None when it does not exist."""
+    if not tf.io.gfile.exists(path):
+        return None
+    with tf.io.gfile.GFile(path) as reader:
+        return json.loads(reader.read())
+
+
+def _describe(settings, keys):
+    return ", ".join(f"{key}={settings.get(key)}" for key in keys)
+
+
+def resolve(output_dir, order, micro_step, reset=None):
+    """The data order this run continues: `order` (settings of this run) plus START.
+
+    `micro_step` is the latest checkpoint's (0: nothing consumed yet). `reset` is None when
+    the caller offers no way to reset (then the refusal does not suggest one). Raises
+    UsageError when the checkpoint's data position cannot carry over to these settings.
+    """
+    if micro_step <= 0:
+        return dict(order, **{START: 0})
+    if reset:
+        logging.warning("%s: --reset_data_position: the data order restarts from its "
+                        "beginning at micro_step %d", output_dir, micro_step)
+        return dict(order, **{START: micro_step})
+    recorded = read_json(os.path.join(output_dir, DATA_ORDER_FILE))
+    if recorded is None:
+        logging.warning("%s has a checkpoint but no %s (older version): assuming it was "
+                        "trained with this run's data settings", output_dir, DATA_ORDER_FILE)
+        return dict(order, **{START: 0})
+    changed = sorted(key for key in order if recorded.get(key) != order[key])
+    if changed:
+        remedy = "rerun with the recorded values or use a new --output_dir"
+        if reset is not None:
+            remedy += ", or pass --reset_data_position to restart the data order on purpose"
+        raise UsageError(
+            f"{output_dir}: its checkpoint's data position (micro_step {micro_step}) was "
+            f"reached with {_describe(recorded, changed)} but this run has "
+            f"{_describe(order, changed)}; {remedy}")
+    return dict(order, **{START: int(recorded.get(START, 0))})
+
+
+def record(output_dir, resolved):
+    """Rank 0: stores the resolved order (only when it changed: resumes do not rewrite)."""
+    path = os.path.join(output_dir, DATA_ORDER_FILE)
+    if read_json(path) != resolved:
+        tf.io.gfile.makedirs(output_dir)
+        write_json_atomically(path, resolved)
