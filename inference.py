@@ -31,43 +31,79 @@ flags.DEFINE_string("input_file", None, "JSON lines: {question, context} or {tex
 FLAGS = flags.FLAGS
 
 
-def _items():
+def _flag_name(field):
+    """How messages name a query field given on the command line."""
+    return f"--{field}"
+
+
+def _file_queries(path):
+    """[(`file:line`, parsed JSON)] of a JSON lines file, blank lines skipped."""
+    queries = []
+    with open(path, encoding="utf-8") as reader:
+        for number, line in enumerate(reader, 1):
+            if not line.strip():
+                continue
+            try:
+                queries.append((f"{path}:{number}", json.loads(line)))
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{number}: not JSON ({err.msg})") from None
+    return queries
+
+
+def _queries(model):
+    """([(where, query)], how to spell a field in messages about them).
+
+    `where` is what an error about the query names: the file and line of --input_file, or
+    the model (`model`) for a query given with flags.
+    """
     if FLAGS.input_file:
-        with open(FLAGS.input_file, encoding="utf-8") as reader:
-            return [json.loads(line) for line in reader if line.strip()]
-    if FLAGS.question is not None:
-        return [{"question": FLAGS.question, "context": FLAGS.context or ""}]
+        return _file_queries(FLAGS.input_file), json.dumps
+    if FLAGS.question is not None or FLAGS.context is not None:
+        return [(model, {"question": FLAGS.question, "context": FLAGS.context})], _flag_name
     if FLAGS.text is not None:
-        return [{"text": FLAGS.text, "text_b": FLAGS.text_b}]
+        return [(model, {"text": FLAGS.text, "text_b": FLAGS.text_b})], _flag_name
     raise ValueError("nothing to ask: pass --question/--context, --text or --input_file")
+
+
+def _load_model():
+    """(task, runner, vocab file, do_lower_case) from --saved_model or --init_checkpoint."""
+    from finetuning import inference
+    if FLAGS.saved_model:
+        task, runner, vocab, lower = inference.load_saved_model(FLAGS.saved_model)
+        return task, runner, FLAGS.vocab_file or vocab, lower
+    if not (FLAGS.init_checkpoint and FLAGS.bert_config_file and FLAGS.vocab_file
+            and FLAGS.task_name):
+        raise ValueError("pass --saved_model, or --init_checkpoint with "
+                         "--bert_config_file, --vocab_file and --task_name")
+    from modeling import BertConfig
+    metadata = {"task": FLAGS.task_name.lower(), "max_seq_length": FLAGS.max_seq_length,
+                "do_lower_case": FLAGS.do_lower_case, "doc_stride": FLAGS.doc_stride,
+                "max_query_length": FLAGS.max_query_length, "n_best_size": 20,
+                "max_answer_length": 30,
+                "version_2_with_negative": FLAGS.version_2_with_negative,
+                "null_score_diff_threshold": 0.0}
+    task = inference.task_from_metadata(metadata)
+    config = BertConfig.from_json_file(FLAGS.bert_config_file)
+    runner = inference.CheckpointRunner(task, config, FLAGS.init_checkpoint,
+                                        FLAGS.max_seq_length)
+    return task, runner, FLAGS.vocab_file, FLAGS.do_lower_case
+
+
+def _note(line):
+    """Information for the user (not an error): stdout stays one JSON object per query."""
+    print(f"note: {line}", file=sys.stderr)
 
 
 def main(_):
     from data_prep.tokenization import FullTokenizer
     from finetuning import inference
     try:
-        items = _items()
-        if FLAGS.saved_model:
-            task, runner, vocab, lower = inference.load_saved_model(FLAGS.saved_model)
-            vocab = FLAGS.vocab_file or vocab
-        else:
-            if not (FLAGS.init_checkpoint and FLAGS.bert_config_file and FLAGS.vocab_file
-                    and FLAGS.task_name):
-                raise ValueError("pass --saved_model, or --init_checkpoint with "
-                                 "--bert_config_file, --vocab_file and --task_name")
-            from modeling import BertConfig
-            metadata = {"task": FLAGS.task_name.lower(), "max_seq_length": FLAGS.max_seq_length,
-                        "do_lower_case": FLAGS.do_lower_case, "doc_stride": FLAGS.doc_stride,
-                        "max_query_length": FLAGS.max_query_length, "n_best_size": 20,
-                        "max_answer_length": 30,
-                        "version_2_with_negative": FLAGS.version_2_with_negative,
-                        "null_score_diff_threshold": 0.0}
-            task = inference.task_from_metadata(metadata)
-            config = BertConfig.from_json_file(FLAGS.bert_config_file)
-            runner = inference.CheckpointRunner(task, config, FLAGS.init_checkpoint,
-                                                FLAGS.max_seq_length)
-            vocab, lower = FLAGS.vocab_file, FLAGS.do_lower_case
-        answers = inference.predict(task, runner, FullTokenizer(vocab, lower), items)
+        queries, spell = _queries(FLAGS.saved_model or FLAGS.init_checkpoint or "inference.py")
+        task, runner, vocab, lower = _load_model()
+        for where, query in queries:
+            inference.check_query(task, query, where, spell)
+        answers = inference.predict(task, runner, FullTokenizer(vocab, lower),
+                                    [query for _, query in queries], note=_note)
     except (ValueError, OSError, KeyError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

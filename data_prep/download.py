@@ -161,13 +161,39 @@ class _Retryable(Exception):
     """A failure worth another attempt (connection trouble, 5xx, short transfer)."""
 
 
-def _check_sha256(path: str, expected: Optional[str], source: str) -> None:
+def _check_sha256(path: str, expected: Optional[str], source: str, fate: str) -> None:
+    """Raises ``DownloadError`` when ``path`` does not hash to ``expected``.
+
+    ``fate`` finishes the message with what happened to the file and what to do, because
+    the caller decides that (a fresh download is deleted, an earlier one is kept) and a
+    message claiming the wrong one sends the user looking for the wrong problem.
+    """
     if not expected:
         return
+    _refuse_checksum_of_folder(path, expected, path)
     got = sha256_of(path)
     if got.lower() != expected.lower():
-        raise DownloadError(source, f"sha256 mismatch: expected {expected.lower()}, got {got} "
-                                    f"(the download was deleted)")
+        raise DownloadError(source, f"sha256 mismatch: expected {expected.lower()}, got {got}; "
+                                    f"{fate}")
+
+
+_FRESH_MISMATCH = "the download was deleted: check --sha256 and the URL"
+_KEPT_MISMATCH = ("this file was downloaded earlier and is kept: check --sha256, or delete "
+                  "the file to download it again")
+
+
+def _refuse_directory_listing(url: str, response) -> None:
+    """Refuses a URL that answers with a web server's folder listing instead of a file.
+
+    Such a page would otherwise be saved as the dataset (and fail its checksum, or worse,
+    pass on to text formatting as HTML); a URL ending in ``/`` after redirects that serves
+    HTML is a folder.
+    """
+    final_path = urllib.parse.urlsplit(response.geturl() or url).path
+    content_type = (response.headers.get("Content-Type") or "").lower()
+    if final_path.endswith("/") and content_type.startswith("text/html"):
+        raise DownloadError(url, "is a folder (the server answers with a listing page), not a "
+                                 "file: pass the URL of the file to download")
 
 
 def _http_attempt(url: str, part: str, timeout: float, progress: Optional[bool],
@@ -197,6 +223,7 @@ def _http_attempt(url: str, part: str, timeout: float, progress: Optional[bool],
         reason = getattr(e, "reason", e)
         raise _Retryable(f"cannot connect: {reason}") from None
     with response:
+        _refuse_directory_listing(url, response)
         status = response.status
         if have and status == 200:  # the server ignored our Range: start again
             have = 0
@@ -237,9 +264,11 @@ def fetch(url: str, dest: str, sha256: Optional[str] = None, retries: int = 5,
     still finishes.  Waits ``backoff * 2**k`` seconds (at most 60) after the k-th failure.
     """
     if os.path.exists(dest):
-        _check_sha256(dest, sha256, dest)
+        _check_sha256(dest, sha256, dest, _KEPT_MISMATCH)
         log(f"{dest}: already downloaded")
         return dest
+    if not _is_remote(url):
+        _refuse_checksum_of_folder(_local_path(url), sha256, url)
     folder = os.path.dirname(os.path.abspath(dest))
     try:
         os.makedirs(folder, exist_ok=True)
@@ -269,13 +298,26 @@ def fetch(url: str, dest: str, sha256: Optional[str] = None, retries: int = 5,
             except OSError as e:  # writing the part file
                 raise DownloadError(part, f"cannot write: {e.strerror or e}") from None
     try:
-        _check_sha256(part, sha256, url)
+        _check_sha256(part, sha256, url, _FRESH_MISMATCH)
     except DownloadError:
         os.remove(part)
         raise
     os.replace(part, dest)
     log(f"{dest}: downloaded ({os.path.getsize(dest)} bytes)")
     return dest
+
+
+def _refuse_checksum_of_folder(path: str, sha256: Optional[str], shown: str) -> None:
+    """Refuses ``--sha256`` for a local folder ``path`` (``shown`` as the user wrote it)
+    before anything is copied.
+
+    A folder has no single sha256; without this check a folder ``--url`` is copied to
+    ``*.part`` and then fails with "Is a directory", leaving the copy behind.  Also used for
+    a folder copied by an earlier run without ``--sha256``.
+    """
+    if sha256 and os.path.isdir(path):
+        raise DownloadError(shown, "is a folder, and --sha256 checks a single file: drop "
+                                    "--sha256 to copy the folder, or pass the file itself")
 
 
 def _copy_local(source: str, dest: str, part: str, progress: Optional[bool]) -> None:

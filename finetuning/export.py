@@ -12,6 +12,9 @@ import shutil
 import tempfile
 
 import tensorflow as tf
+from absl import logging
+
+from modeling.checkpoints import CheckpointError, checkpoint_variables
 
 tf1 = tf.compat.v1
 
@@ -30,6 +33,11 @@ def serving_input_receiver_fn(task, max_seq_length):
 
 TASK_FILE = "bert_task.json"
 VOCAB_FILE = "vocab.txt"
+# Where BertModel puts the encoder's variables (its default scope); everything trainable
+# outside it belongs to the task's head (finetuning/heads.py).
+ENCODER_SCOPE = "bert/"
+# The Estimator writes an export to `<export_dir>/temp-<timestamp>/` and renames it when done.
+TEMP_EXPORT_GLOB = "temp-*"
 
 
 def export_saved_model(estimator, task, export_dir, max_seq_length, checkpoint_path=None,
@@ -39,7 +47,24 @@ def export_saved_model(estimator, task, export_dir, max_seq_length, checkpoint_p
 
     `assets.extra/` carries what a client needs to feed the model: the vocabulary and
     `bert_task.json` (task, labels, sequence length, casing, SQuAD window settings).
+    The checkpoint is checked first (`check_exportable`), and no `temp-*` folder is left in
+    `export_dir`, neither by a failed export nor by an earlier interrupted one.
     """
+    remove_temp_exports(export_dir)
+    checkpoint_path = checkpoint_path or tf1.train.latest_checkpoint(estimator.model_dir)
+    check_exportable(estimator, task, max_seq_length, checkpoint_path)
+    try:
+        return _write_saved_model(estimator, task, export_dir, max_seq_length, checkpoint_path,
+                                  vocab_file, do_lower_case)
+    except BaseException:
+        remove_temp_exports(export_dir)
+        raise
+
+
+def _write_saved_model(estimator, task, export_dir, max_seq_length, checkpoint_path,
+                       vocab_file, do_lower_case):
+    """The Estimator export with the task's assets; TensorFlow errors become one line
+    (`RuntimeError`, which the driver reports) instead of a traceback."""
     metadata = dict(task.metadata(), max_seq_length=max_seq_length,
                     do_lower_case=do_lower_case)
     with tempfile.TemporaryDirectory() as scratch:
@@ -49,10 +74,83 @@ def export_saved_model(estimator, task, export_dir, max_seq_length, checkpoint_p
         assets = {TASK_FILE: task_file}
         if vocab_file:
             assets[VOCAB_FILE] = vocab_file
-        path = estimator.export_saved_model(export_dir,
-                                            serving_input_receiver_fn(task, max_seq_length),
-                                            assets_extra=assets, checkpoint_path=checkpoint_path)
+        try:
+            path = estimator.export_saved_model(export_dir,
+                                                serving_input_receiver_fn(task, max_seq_length),
+                                                assets_extra=assets,
+                                                checkpoint_path=checkpoint_path)
+        except tf.errors.OpError as err:
+            raise RuntimeError(f"{export_dir}: export of {checkpoint_path} failed: "
+                               f"{_op_error_summary(err)}") from None
     return path.decode() if isinstance(path, bytes) else path
+
+
+# Lines of a TensorFlow graph-execution error that frame the cause rather than state it.
+_OP_ERROR_FRAMING = ("Graph execution error", "Detected at node", "File ", "Node:", "[[")
+
+
+def _op_error_summary(err):
+    """The line of a TensorFlow error that says what went wrong (e.g. "Read less bytes than
+    requested"), without the Python stack TensorFlow 2.x puts before it."""
+    for line in (err.message or "").splitlines():
+        line = line.strip()
+        if line and not line.startswith(_OP_ERROR_FRAMING):
+            return line
+    return type(err).__name__
+
+
+def remove_temp_exports(export_dir):
+    """Deletes the Estimator's `temp-*` folders in `export_dir`; returns their paths.
+
+    They are half-written exports (the Estimator renames a finished one), never servable,
+    and a serving system watching `export_dir` must not see them.
+    """
+    if not tf.io.gfile.isdir(export_dir):
+        return []
+    stale = tf.io.gfile.glob(os.path.join(export_dir, TEMP_EXPORT_GLOB))
+    for path in stale:
+        tf.io.gfile.rmtree(path)
+        logging.info("removed unfinished export %s", path)
+    return stale
+
+
+def serving_graph_variables(estimator, task, max_seq_length):
+    """{variable name: trainable} of the graph the Estimator restores for export.
+
+    Built the way the Estimator builds it (global step, serving inputs, PREDICT `model_fn`)
+    in a scratch graph, so the check below asks exactly what the export's restore will.
+    """
+    with tf.Graph().as_default():
+        tf1.train.get_or_create_global_step()
+        features = serving_input_receiver_fn(task, max_seq_length)().features
+        estimator.model_fn(features, None, tf.estimator.ModeKeys.PREDICT, estimator.config)
+        trainable = {v.op.name for v in tf1.trainable_variables()}
+        return {v.op.name: v.op.name in trainable for v in tf1.global_variables()}
+
+
+def check_exportable(estimator, task, max_seq_length, checkpoint_path):
+    """Raises `CheckpointError` (one line) when `checkpoint_path` cannot be exported.
+
+    Without this, exporting a pre-trained (not fine-tuned) checkpoint fails inside the
+    Estimator's restore with a NotFoundError traceback about `cls/squad/output_bias`;
+    a checkpoint without the task's head needs fine-tuning (--do_train) first.
+    """
+    if checkpoint_path is None:
+        raise CheckpointError(f"{estimator.model_dir}: no checkpoint to export: pass "
+                              "--init_checkpoint (a fine-tuned checkpoint) or --do_train")
+    present = checkpoint_variables(checkpoint_path)
+    needed = serving_graph_variables(estimator, task, max_seq_length)
+    missing = sorted(name for name in needed if name not in present)
+    head = [name for name in missing if needed[name] and not name.startswith(ENCODER_SCOPE)]
+    if head:
+        raise CheckpointError(
+            f"{checkpoint_path}: has no {task.name} head ({', '.join(head)}): it is not "
+            f"fine-tuned for {task.name} (a pre-trained checkpoint?); fine-tune it first "
+            "(--do_train with the training data), then export")
+    if missing:
+        shown = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
+        raise CheckpointError(f"{checkpoint_path}: lacks {len(missing)} variable(s) the "
+                              f"{task.name} model needs to export: {shown}")
 
 
 def read_export_metadata(saved_model_dir):
@@ -60,12 +158,24 @@ def read_export_metadata(saved_model_dir):
     extra = os.path.join(saved_model_dir, "assets.extra")
     task_file = os.path.join(extra, TASK_FILE)
     if not os.path.isfile(task_file):
-        raise FileNotFoundError(f"{saved_model_dir}: no assets.extra/{TASK_FILE} "
-                                "(not exported by this project?)")
+        raise FileNotFoundError(_not_a_saved_model(saved_model_dir))
     with open(task_file, encoding="utf-8") as reader:
         metadata = json.load(reader)
     vocab = os.path.join(extra, VOCAB_FILE)
     return metadata, vocab if os.path.isfile(vocab) else None
+
+
+def _not_a_saved_model(path):
+    """Why `path` is not a SavedModel of this project, in one line: a missing folder, the
+    export folder holding the timestamped SavedModels (pass one), or some other folder."""
+    if not os.path.isdir(path):
+        return f"{path}: the SavedModel folder does not exist"
+    versions = sorted(name for name in os.listdir(path)
+                      if os.path.isfile(os.path.join(path, name, "assets.extra", TASK_FILE)))
+    if versions:
+        return (f"{path}: is an export folder holding SavedModels {', '.join(versions)}: pass "
+                f"one of them, e.g. the newest {os.path.join(path, versions[-1])}")
+    return f"{path}: no assets.extra/{TASK_FILE} (not a SavedModel exported by this project?)"
 
 
 _TRITON_TYPES = {tf.int32: "TYPE_INT32", tf.float32: "TYPE_FP32", tf.int64: "TYPE_INT64"}

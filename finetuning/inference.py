@@ -3,6 +3,8 @@
 The same task objects that trained the model turn raw text into features and outputs back
 into answers, so serving and evaluation can never disagree on pre- or post-processing.
 """
+import collections
+
 import numpy as np
 import tensorflow as tf
 
@@ -82,15 +84,63 @@ def run_in_batches(runner, features, extra_inputs=(), batch_size=32):
     return results
 
 
-def answer_questions(task, runner, tokenizer, items):
+def query_fields(task):
+    """(fields a query needs, what to call the model in messages) for `task`'s model."""
+    if isinstance(task, SquadTask):
+        return ("question", "context"), "a SQuAD model"
+    return ("text",), f"a {task.name} classifier"
+
+
+def check_query(task, item, where, spell=repr):
+    """Raises ValueError(`where: ...`) when `item` is not a query `task`'s model can answer.
+
+    Why: a classifier query sent to a SQuAD model used to fail with `error: 'context'`, and an
+    empty question or context was answered ("empty", probability 1.0), a confident answer to
+    nothing.  `spell` names a field in the message the way the user wrote it (`--context`
+    on the command line, `'context'` in a JSON lines file).
+    """
+    fields, model = query_fields(task)
+    if not isinstance(item, dict):
+        raise ValueError(f"{where}: not a JSON object; {model} needs "
+                         f"{' and '.join(map(spell, fields))}")
+    missing = [f for f in fields if not isinstance(item.get(f), str)]
+    if missing:
+        raise ValueError(f"{where}: {model} needs {' and '.join(map(spell, fields))} "
+                         f"(missing {', '.join(map(spell, missing))})")
+    empty = [f for f in fields if not item[f].strip()]
+    if empty:
+        raise ValueError(f"{where}: {' and '.join(map(spell, empty))} is empty; {model} "
+                         "has nothing to answer from")
+
+
+def count_windows(features):
+    """{example index: number of max_seq_length windows its context was split into}."""
+    return collections.Counter(feature.example_index for feature in features)
+
+
+def describe_windows(task, example, windows):
+    """One line saying how a long context was split, so a slow answer has a reason."""
+    return (f"question {example.qas_id}: the context of {len(example.doc_tokens)} words is "
+            f"split into {windows} windows (max_seq_length={task.max_seq_length}, "
+            f"doc_stride={task.doc_stride}), one model run each")
+
+
+def answer_questions(task, runner, tokenizer, items, note=None):
     """items: dicts with `question`, `context` (and optional `id`). Returns dicts with the
-    answer text, its probability among the n-best and its logits."""
+    answer text, its probability among the n-best and its logits.
+
+    `note(line)`, if given, is told about every context split into more than one window.
+    """
     paragraphs = [{"context": item["context"],
                    "qas": [{"id": str(item.get("id", index)), "question": item["question"]}]}
                   for index, item in enumerate(items)]
     examples, _ = squad_data.parse_squad_examples({"data": [{"paragraphs": paragraphs}]},
                                                   is_training=False, source="<input>")
     features = task.make_features(examples, tokenizer, is_training=False)
+    if note is not None:
+        for index, windows in sorted(count_windows(features).items()):
+            if windows > 1:
+                note(describe_windows(task, examples[index], windows))
     raw = run_in_batches(runner, features, task.extra_serving_inputs)
     results = [squad_postprocess.RawResult(int(r["unique_ids"]), r["start_logits"],
                                            r["end_logits"]) for r in raw]
@@ -123,10 +173,11 @@ def classify(task, runner, tokenizer, items):
                                zip(task.labels, o["probabilities"])}} for o in outputs]
 
 
-def predict(task, runner, tokenizer, items):
-    """Dispatches on the task: SQuAD answers or classifier labels."""
+def predict(task, runner, tokenizer, items, note=None):
+    """Dispatches on the task: SQuAD answers or classifier labels (`note`: see
+    `answer_questions`)."""
     if isinstance(task, SquadTask):
-        return answer_questions(task, runner, tokenizer, items)
+        return answer_questions(task, runner, tokenizer, items, note)
     return classify(task, runner, tokenizer, items)
 
 
