@@ -36,20 +36,6 @@ def _flag_name(field):
     return f"--{field}"
 
 
-def _file_queries(path):
-    """[(`file:line`, parsed JSON)] of a JSON lines file, blank lines skipped."""
-    queries = []
-    with open(path, encoding="utf-8") as reader:
-        for number, line in enumerate(reader, 1):
-            if not line.strip():
-                continue
-            try:
-                queries.append((f"{path}:{number}", json.loads(line)))
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{number}: not JSON ({err.msg})") from None
-    return queries
-
-
 def _queries(model):
     """([(where, query)], how to spell a field in messages about them).
 
@@ -57,7 +43,8 @@ def _queries(model):
     the model (`model`) for a query given with flags.
     """
     if FLAGS.input_file:
-        return _file_queries(FLAGS.input_file), json.dumps
+        from finetuning.inference import read_query_file
+        return read_query_file(FLAGS.input_file), json.dumps
     if FLAGS.question is not None or FLAGS.context is not None:
         return [(model, {"question": FLAGS.question, "context": FLAGS.context})], _flag_name
     if FLAGS.text is not None:
@@ -75,17 +62,10 @@ def _load_model():
             and FLAGS.task_name):
         raise ValueError("pass --saved_model, or --init_checkpoint with "
                          "--bert_config_file, --vocab_file and --task_name")
-    from modeling import BertConfig
-    metadata = {"task": FLAGS.task_name.lower(), "max_seq_length": FLAGS.max_seq_length,
-                "do_lower_case": FLAGS.do_lower_case, "doc_stride": FLAGS.doc_stride,
-                "max_query_length": FLAGS.max_query_length, "n_best_size": 20,
-                "max_answer_length": 30,
-                "version_2_with_negative": FLAGS.version_2_with_negative,
-                "null_score_diff_threshold": 0.0}
-    task = inference.task_from_metadata(metadata)
-    config = BertConfig.from_json_file(FLAGS.bert_config_file)
-    runner = inference.CheckpointRunner(task, config, FLAGS.init_checkpoint,
-                                        FLAGS.max_seq_length)
+    task, runner = inference.load_checkpoint_model(
+        FLAGS.init_checkpoint, FLAGS.bert_config_file, FLAGS.task_name, FLAGS.max_seq_length,
+        FLAGS.do_lower_case, FLAGS.doc_stride, FLAGS.max_query_length,
+        FLAGS.version_2_with_negative)
     return task, runner, FLAGS.vocab_file, FLAGS.do_lower_case
 
 

@@ -4,6 +4,7 @@ The same task objects that trained the model turn raw text into features and out
 into answers, so serving and evaluation can never disagree on pre- or post-processing.
 """
 import collections
+import json
 
 import numpy as np
 import tensorflow as tf
@@ -185,3 +186,33 @@ def load_saved_model(path):
     """(task, runner, vocab_file, do_lower_case) of a SavedModel exported by the driver."""
     metadata, vocab = read_export_metadata(path)
     return task_from_metadata(metadata), SavedModelRunner(path), vocab, metadata["do_lower_case"]
+
+
+def read_query_file(path):
+    """[(`file:line`, query dict)] of a JSON-lines file, blank lines skipped; a line that is
+    not JSON raises ValueError naming the file and line."""
+    queries = []
+    with open(path, encoding="utf-8") as reader:
+        for number, line in enumerate(reader, 1):
+            if not line.strip():
+                continue
+            try:
+                queries.append((f"{path}:{number}", json.loads(line)))
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{number}: not JSON ({err.msg})") from None
+    return queries
+
+
+def load_checkpoint_model(init_checkpoint, bert_config_file, task_name, max_seq_length,
+                          do_lower_case, doc_stride, max_query_length, version_2_with_negative):
+    """(task, CheckpointRunner) for a fine-tuned checkpoint, with the settings a SavedModel
+    would carry in its metadata given explicitly."""
+    from modeling import BertConfig
+    metadata = {"task": task_name.lower(), "max_seq_length": max_seq_length,
+                "do_lower_case": do_lower_case, "doc_stride": doc_stride,
+                "max_query_length": max_query_length, "n_best_size": 20,
+                "max_answer_length": 30, "version_2_with_negative": version_2_with_negative,
+                "null_score_diff_threshold": 0.0}
+    task = task_from_metadata(metadata)
+    config = BertConfig.from_json_file(bert_config_file)
+    return task, CheckpointRunner(task, config, init_checkpoint, max_seq_length)
