@@ -55,6 +55,13 @@ class Workers:
             return value
         return self._hvd.allreduce(value, op=self._hvd.Average)
 
+    def sum_over_ranks(self, value):
+        """Sums a scalar over ranks (e.g. flags every rank must agree on); identity for one
+        worker. Every rank must evaluate it in the same session runs."""
+        if not self.use_horovod:
+            return value
+        return self._hvd.allreduce(value, op=self._hvd.Sum)
+
     def session_config(self):
         """ConfigProto pinning this rank to its local GPU (if any) and growing GPU memory."""
         config = tf1.ConfigProto(allow_soft_placement=True)

@@ -43,7 +43,7 @@ def train_resuming(estimator, make_input_fn, output_dir, max_steps, batch_size, 
         return None
     input_fn = make_input_fn(
         lambda: checkpoint_value(output_dir, MICRO_STEP_NAME) * batch_size)
-    preemption = PreemptionHook(os.path.join(output_dir, "model.ckpt"), workers.is_chief)
+    preemption = PreemptionHook(os.path.join(output_dir, "model.ckpt"), workers)
     estimator.train(input_fn, max_steps=max_steps,
                     hooks=workers.hooks() + [preemption] + list(extra_hooks))
     return preemption
