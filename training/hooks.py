@@ -161,7 +161,13 @@ class PreemptionHook(tf1.train.SessionRunHook):
 
     def begin(self):
         self._global_step = tf1.train.get_global_step()
-        self._local_flag = tf1.placeholder_with_default(0.0, [], name="preemption_signal")
+        # A placeholder fed on every run, not placeholder_with_default: with an unfed
+        # default, TensorFlow's graph optimizer constant-folds the allreduce, i.e. runs the
+        # collective while it builds an executor for a new set of fetches. The chief builds
+        # executors the other ranks do not (its first run also fetches summaries), so its
+        # folded allreduce waited forever for peers that never joined (seen: a hang at the
+        # second micro-batch).
+        self._local_flag = tf1.placeholder(tf.float32, [], name="preemption_signal")
         self._agreed = self._workers.sum_over_ranks(self._local_flag)
         boundary = tf1.get_collection(OPTIMIZER_STEP_COLLECTION)
         # A model_fn without gradient accumulation need not publish the tensor: then
@@ -177,10 +183,9 @@ class PreemptionHook(tf1.train.SessionRunHook):
                 pass
 
     def before_run(self, run_context):
-        # Fed (not read from a variable) so the flag set by the handler between two runs
-        # enters the very next allreduce.
-        feed = {self._local_flag: 1.0} if self.received is not None else None
-        return tf1.train.SessionRunArgs(self._fetches, feed_dict=feed)
+        # The flag set by the handler between two runs enters the very next allreduce.
+        flag = 0.0 if self.received is None else 1.0
+        return tf1.train.SessionRunArgs(self._fetches, feed_dict={self._local_flag: flag})
 
     def after_run(self, run_context, run_values):
         results = run_values.results
