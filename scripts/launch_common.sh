@@ -57,7 +57,7 @@ _topmost_below() {
 }
 
 _environ_has() {  # _environ_has PID REGEX: a NAME=value of PID's environment matches ^REGEX
-  tr '\0' '\n' < "/proc/$1/environ" 2>/dev/null | grep -Eq "^($2)"
+  tr '\0' '\n' 2>/dev/null < "/proc/$1/environ" | grep -Eq "^($2)"
 }
 
 # A rank is a process whose environment has its rank from horovodrun (HOROVOD_RANK),
@@ -95,7 +95,7 @@ _has_launcher() { _environ_has "$1" BERT_LAUNCHER_PID=; }
 forward_to_launchers() {  # the `launch` shells below CHILD (run.sub -> run scripts -> launch)
   local pid
   _signal_once TERM $(for pid in $(_topmost_below "$1" _has_launcher); do
-    tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | sed -n 's/^BERT_LAUNCHER_PID=//p'
+    tr '\0' '\n' 2>/dev/null < "/proc/$pid/environ" | sed -n 's/^BERT_LAUNCHER_PID=//p'
   done | sort -u)
 }
 
@@ -156,7 +156,8 @@ launch() {
   else
     cmd=("$PYTHON" "$@")
   fi
+  local launcher=$BASHPID   # this shell: expanded after `&`, $BASHPID is the child's
   catch_preemption
-  BERT_LAUNCHER_PID=$BASHPID "${cmd[@]}" &
+  BERT_LAUNCHER_PID=$launcher "${cmd[@]}" &
   supervise $! "$forwarder"
 }
