@@ -127,9 +127,9 @@ horovod_builds() {
     2>/dev/null || true
 }
 
-# One process per GPU under Horovod: horovodrun with Gloo, or mpirun when Horovod has MPI
-# (never mpirun for a Horovod without it: its ranks would each train alone); a single
-# process otherwise.
+# One process per GPU under Horovod: horovodrun with Gloo, or mpirun only when Horovod was
+# built with MPI (mpirun cannot start a Horovod built without it); a single process
+# otherwise. After a signal has been forwarded, a second one is not: kill -9 aborts.
 launch() {
   local cmd forwarder=forward_to_child
   if [ "$num_gpus" -gt 1 ]; then
@@ -148,8 +148,8 @@ launch() {
       echo "num_gpus=$num_gpus: this Horovod has only MPI and mpirun is not on the PATH:" \
            "install Open MPI, or rebuild Horovod with Gloo (bash scripts/install.sh)" >&2; exit 1
     else
-      echo "num_gpus=$num_gpus needs Horovod for TensorFlow built with Gloo (horovodrun):" \
-           "bash scripts/install.sh builds it into $(dirname "$(dirname "$PYTHON")")" >&2; exit 1
+      echo "num_gpus=$num_gpus needs Horovod for TensorFlow with Gloo (horovodrun) in" \
+           "$PYTHON: bash scripts/install.sh builds it" >&2; exit 1
     fi
     cmd=(setsid -w "${cmd[@]}")
     forwarder=forward_to_ranks
