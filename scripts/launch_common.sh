@@ -43,11 +43,17 @@ catch_preemption() {  # from now on TERM/INT only set PREEMPTED_BY (see supervis
 }
 
 # _topmost_below ROOT TEST: the processes below ROOT for which "TEST PID" succeeds, without
-# looking further below those (their own children belong to them).
+# looking further below those (their own children belong to them). Reads /proc itself:
+# slim containers have no `ps`.
 _topmost_below() {
   local -A kids=()
-  local pid ppid queue=("$1")
-  while read -r pid ppid; do kids[$ppid]+=" $pid"; done < <(ps -e -o pid=,ppid=)
+  local stat line fields pid queue=("$1")
+  for stat in /proc/[0-9]*/stat; do
+    read -r line 2>/dev/null < "$stat" || continue   # "PID (COMM) STATE PPID ..."
+    fields=(${line##*") "})
+    pid=${stat#/proc/}
+    kids[${fields[1]}]+=" ${pid%/stat}"
+  done
   while [ ${#queue[@]} -gt 0 ]; do
     for pid in ${kids[${queue[0]}]:-}; do
       if "$2" "$pid"; then echo "$pid"; else queue+=("$pid"); fi

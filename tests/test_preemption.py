@@ -13,7 +13,6 @@ import threading
 import time
 
 import numpy as np
-import psutil
 import pytest
 import tensorflow as tf
 
@@ -112,6 +111,7 @@ class Run:
     def kill_tree(self):
         """Kills what is left: the descendants, and the session's orphans (under a launcher
         that died of the signal, horovodrun and its ranks would go on)."""
+        import psutil  # comes with Horovod
         try:
             processes = psutil.Process(self.process.pid).children(recursive=True)
         except psutil.NoSuchProcess:
