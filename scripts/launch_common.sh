@@ -1,5 +1,6 @@
-# Sourced by the run scripts: precision and XLA flags, and the Horovod launcher.
-# Expects PYTHON and num_gpus to be set by the caller.
+# Sourced by the run scripts: precision and XLA flags, and the Horovod launcher (which
+# turns SIGTERM/SIGINT into a clean, resumable stop of every rank). `launch` expects
+# num_gpus to be set by the caller (PYTHON defaults to the project's .venv).
 
 ROOT=${ROOT:-"$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"}
 PYTHON="${PYTHON:-$( [ -x "$ROOT/.venv/bin/python" ] && echo "$ROOT/.venv/bin/python" || echo python3 )}"
@@ -22,21 +23,147 @@ xla_flags() {  # true|false -> XLA_FLAGS_ARG
   esac
 }
 
-# One process per GPU under Horovod (Gloo/NCCL); a single process otherwise.
-launch() {
-  if [ "$num_gpus" -gt 1 ]; then
-    if command -v horovodrun >/dev/null 2>&1 || [ -x "$(dirname "$PYTHON")/horovodrun" ]; then
-      local hvd; hvd=$(command -v horovodrun || echo "$(dirname "$PYTHON")/horovodrun")
-      # HOROVOD_LAUNCH_FLAGS replaces the single-node default (scripts/run.sub sets the hosts).
-      "$hvd" -np "$num_gpus" ${HOROVOD_LAUNCH_FLAGS:---gloo -H localhost:$num_gpus} \
-        "$PYTHON" "$@" --horovod
-    elif command -v mpirun >/dev/null 2>&1; then
-      mpirun -np "$num_gpus" --allow-run-as-root -bind-to none -map-by slot \
-        -x NCCL_DEBUG -x LD_LIBRARY_PATH -x PATH "$PYTHON" "$@" --horovod
-    else
-      echo "num_gpus=$num_gpus needs horovodrun or mpirun on the PATH" >&2; exit 1
-    fi
-  else
-    "$PYTHON" "$@"
+# ---------------------------------------------------------------------------------------
+# Preemption. SIGTERM (a cluster's notice) or SIGINT (Ctrl-C) must make every rank stop at
+# the same accumulation boundary, rank 0 save a checkpoint and every rank exit 0
+# (training/hooks.py PreemptionHook). horovodrun itself answers SIGTERM/SIGINT by sending
+# SIGTERM to its ranks and SIGKILLing them 5 s later (GRACEFUL_TERMINATION_TIME_S in
+# horovod/runner/common/util/safe_shell_exec.py), far too soon for rank 0 to write a
+# BERT-large checkpoint, and mpirun also kills its job. So `launch` starts horovodrun/mpirun
+# in a session of its own (out of reach of signals sent to our process group, e.g. Ctrl-C)
+# and sends SIGTERM to the rank processes itself. Ranks on other nodes need no signal: the
+# ranks agree through an allreduce. Processes started by `launch` carry BERT_LAUNCHER_PID so
+# an outer script (scripts/run.sub) can forward a signal to the launcher.
+
+PREEMPTED_BY=""   # TERM or INT once this shell was asked to stop
+
+catch_preemption() {  # from now on TERM/INT only set PREEMPTED_BY (see supervise)
+  trap 'PREEMPTED_BY=TERM' TERM
+  trap 'PREEMPTED_BY=INT' INT
+}
+
+# _topmost_below ROOT TEST: the processes below ROOT for which "TEST PID" succeeds, without
+# looking further below those (their own children belong to them). Reads /proc itself:
+# slim containers have no `ps`.
+_topmost_below() {
+  local -A kids=()
+  local stat line fields pid queue=("$1")
+  for stat in /proc/[0-9]*/stat; do
+    read -r line 2>/dev/null < "$stat" || continue   # "PID (COMM) STATE PPID ..."
+    fields=(${line##*") "})
+    pid=${stat#/proc/}
+    kids[${fields[1]}]+=" ${pid%/stat}"
+  done
+  while [ ${#queue[@]} -gt 0 ]; do
+    for pid in ${kids[${queue[0]}]:-}; do
+      if "$2" "$pid"; then echo "$pid"; else queue+=("$pid"); fi
+    done
+    queue=("${queue[@]:1}")
+  done
+}
+
+_environ_has() {  # _environ_has PID REGEX: a NAME=value of PID's environment matches ^REGEX
+  tr '\0' '\n' 2>/dev/null < "/proc/$1/environ" | grep -Eq "^($2)"
+}
+
+# A rank is a process whose environment has its rank from horovodrun (HOROVOD_RANK),
+# Open MPI (OMPI_COMM_WORLD_RANK) or MPICH (PMI_RANK); a variable this shell already has
+# would be inherited by horovodrun too, so it cannot tell ranks apart and is not used.
+_rank_variables() {
+  local name names=""
+  for name in HOROVOD_RANK OMPI_COMM_WORLD_RANK PMI_RANK; do
+    [ -n "${!name+x}" ] || names+="${names:+|}$name="
+  done
+  echo "$names"
+}
+_is_rank() { [ -n "$_RANK_VARS" ] && _environ_has "$1" "$_RANK_VARS"; }
+
+# _signal_once SIGNAL PID...: signals each PID not signalled before (a rank that already
+# stopped must not be killed by a second signal while it exits).
+_SIGNALLED=" "
+_signal_once() {
+  local sig=$1 pid; shift
+  for pid in "$@"; do
+    case "$_SIGNALLED" in *" $pid "*) continue ;; esac
+    _SIGNALLED+="$pid "
+    kill -"$sig" "$pid" 2>/dev/null || true
+  done
+}
+
+# Forwarders: "FORWARDER CHILD". TERM whatever the signal received: it is the signal the
+# trainers handle from their start on, while SIGINT is ignored by background commands.
+forward_to_ranks() {
+  local _RANK_VARS; _RANK_VARS=$(_rank_variables)
+  _signal_once TERM $(_topmost_below "$1" _is_rank)
+}
+forward_to_child() { _signal_once TERM "$1"; }
+_has_launcher() { _environ_has "$1" BERT_LAUNCHER_PID=; }
+forward_to_launchers() {  # the `launch` shells below CHILD (run.sub -> run scripts -> launch)
+  local pid
+  _signal_once TERM $(for pid in $(_topmost_below "$1" _has_launcher); do
+    tr '\0' '\n' 2>/dev/null < "/proc/$pid/environ" | sed -n 's/^BERT_LAUNCHER_PID=//p'
+  done | sort -u)
+}
+
+# supervise CHILD FORWARDER: waits for the background job CHILD (started after
+# catch_preemption). Once a signal arrived, FORWARDER runs at once and then every second, so
+# processes started after the signal (ranks still being spawned) get it too. Returns CHILD's
+# status; after a preemption that CHILD survived cleanly, 128 + the signal's number, so a
+# calling script stops (e.g. does not start phase 2 on an unfinished phase 1).
+supervise() {
+  local child=$1 forwarder=$2 status=0
+  while kill -0 "$child" 2>/dev/null; do
+    [ -z "$PREEMPTED_BY" ] || "$forwarder" "$child"
+    sleep 1 & wait $! || true   # a trapped signal ends this wait at once
+  done
+  wait "$child" || status=$?
+  trap - TERM INT
+  if [ -n "$PREEMPTED_BY" ] && [ "$status" -eq 0 ]; then
+    echo "preempted by SIG$PREEMPTED_BY: the checkpoint is saved; rerun the same command" \
+         "to resume" >&2
+    status=$(( 128 + $(kill -l "$PREEMPTED_BY") ))
   fi
+  return "$status"
+}
+
+# horovod_builds: "gloo" and/or "mpi": the controllers this Horovod was built with (nothing
+# when Horovod for TensorFlow does not import).
+horovod_builds() {
+  "$PYTHON" -c 'import horovod.tensorflow as h; print("gloo" * h.gloo_built(), "mpi" * h.mpi_built())' \
+    2>/dev/null || true
+}
+
+# One process per GPU under Horovod: horovodrun with Gloo, or mpirun only when Horovod was
+# built with MPI (mpirun cannot start a Horovod built without it); a single process
+# otherwise. After a signal has been forwarded, a second one is not: kill -9 aborts.
+launch() {
+  local cmd forwarder=forward_to_child
+  if [ "$num_gpus" -gt 1 ]; then
+    local builds hvd
+    builds=" $(horovod_builds) "
+    hvd="$(dirname "$PYTHON")/horovodrun"   # the one installed with $PYTHON's Horovod
+    [ -x "$hvd" ] || hvd=$(command -v horovodrun || true)
+    if [[ "$builds" == *" gloo "* ]] && [ -x "$hvd" ]; then
+      # HOROVOD_LAUNCH_FLAGS replaces the single-node default (scripts/run.sub sets the hosts).
+      cmd=("$hvd" -np "$num_gpus" ${HOROVOD_LAUNCH_FLAGS:---gloo -H localhost:$num_gpus}
+           "$PYTHON" "$@" --horovod)
+    elif [[ "$builds" == *" mpi "* ]] && command -v mpirun >/dev/null 2>&1; then
+      cmd=(mpirun -np "$num_gpus" --allow-run-as-root -bind-to none -map-by slot
+           -x NCCL_DEBUG -x LD_LIBRARY_PATH -x PATH "$PYTHON" "$@" --horovod)
+    elif [[ "$builds" == *" mpi "* ]]; then
+      echo "num_gpus=$num_gpus: this Horovod has only MPI and mpirun is not on the PATH:" \
+           "install Open MPI, or rebuild Horovod with Gloo (bash scripts/install.sh)" >&2; exit 1
+    else
+      echo "num_gpus=$num_gpus needs Horovod for TensorFlow with Gloo (horovodrun) in" \
+           "$PYTHON: bash scripts/install.sh builds it" >&2; exit 1
+    fi
+    cmd=(setsid -w "${cmd[@]}")
+    forwarder=forward_to_ranks
+  else
+    cmd=("$PYTHON" "$@")
+  fi
+  local launcher=$BASHPID   # this shell: expanded after `&`, $BASHPID is the child's
+  catch_preemption
+  BERT_LAUNCHER_PID=$launcher "${cmd[@]}" &
+  supervise $! "$forwarder"
 }

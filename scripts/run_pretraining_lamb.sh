@@ -22,7 +22,14 @@ fi
 mkdir -p "$RESULTS_DIR"
 LOGFILE="$RESULTS_DIR/pretraining.log"
 echo "global batch: phase 1 $(( train_batch_size_phase1 * num_gpus * num_accumulation_steps_phase1 )), phase 2 $(( train_batch_size_phase2 * num_gpus * num_accumulation_steps_phase2 )); log $LOGFILE"
-bash "$HERE/run_pretraining_lamb_phase1.sh" "$@" 2>&1 | tee -a "$LOGFILE"
+# TERM/INT to this shell reach the phase's launcher (scripts/launch_common.sh), which stops
+# the ranks at an accumulation boundary with a checkpoint; `tee -i` ignores Ctrl-C so the
+# ranks' output pipe stays open while they save. A preempted phase ends this script with
+# 128 + the signal's number.
+catch_preemption
+run_logged() { bash "$@" 2>&1 | tee -i -a "$LOGFILE"; }
+run_logged "$HERE/run_pretraining_lamb_phase1.sh" "$@" &
+supervise $! forward_to_launchers
 # A preempted phase 1 exits 0 with a checkpoint short of its last step: stop here, so that
 # phase 2 never starts from partial weights; rerunning the same command resumes phase 1.
 if ! phase_finished "$RESULTS_DIR/phase_1" "$train_steps_phase1"; then
@@ -30,4 +37,6 @@ if ! phase_finished "$RESULTS_DIR/phase_1" "$train_steps_phase1"; then
        "rerun the same command to resume" | tee -a "$LOGFILE" >&2
   exit 75  # EX_TEMPFAIL: rerun later
 fi
-bash "$HERE/run_pretraining_lamb_phase2.sh" "$@" 2>&1 | tee -a "$LOGFILE"
+catch_preemption
+run_logged "$HERE/run_pretraining_lamb_phase2.sh" "$@" &
+supervise $! forward_to_launchers

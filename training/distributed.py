@@ -1,6 +1,7 @@
 """One view of the job's workers, with or without Horovod.
 
-With `--horovod`, each process is one rank: it is pinned to its local GPU, gradients are
+With `--horovod`, each process is one rank: it is pinned to its local GPU (and its threads
+to that GPU's CPU socket, training/affinity.py), gradients are
 averaged with ring-allreduce (float16-compressed under AMP), variables are broadcast from
 rank 0 at start, and only rank 0 writes checkpoints, summaries and logs. Without it, the same
 object describes a single worker, so the rest of the code never branches on Horovod itself.
@@ -8,6 +9,9 @@ object describes a single worker, so the rest of the code never branches on Horo
 import os
 
 import tensorflow as tf
+from absl import logging
+
+from training.affinity import pin_to_gpu
 
 tf1 = tf.compat.v1
 
@@ -30,6 +34,15 @@ class Workers:
         else:
             self._hvd = None
             self.rank, self.size, self.local_rank = 0, 1, 0
+        self._pin_cpus()
+
+    def _pin_cpus(self):
+        """Runs this process's threads on the CPUs of its GPU's socket, as NVIDIA's scripts
+        do; early, so the threads TensorFlow starts later inherit it."""
+        if not tf.config.list_physical_devices("GPU"):
+            logging.debug("no GPU: CPU affinity left alone")
+            return
+        pin_to_gpu(self.local_rank)
 
     @property
     def is_chief(self):
@@ -60,10 +73,18 @@ class Workers:
             return value
         return self._hvd.allreduce(value, op=self._hvd.Average)
 
+    def sum_over_ranks(self, value):
+        """Sums a scalar over ranks (e.g. flags every rank must agree on); identity for one
+        worker. Every rank must evaluate it in the same session runs."""
+        if not self.use_horovod:
+            return value
+        return self._hvd.allreduce(value, op=self._hvd.Sum)
+
     def session_config(self):
-        """ConfigProto pinning this rank to its local GPU (if any) and growing GPU memory."""
+        """ConfigProto pinning this rank to its local GPU (if any). TensorFlow then reserves
+        that GPU's memory up front (no allow_growth): growing it piecemeal fragments memory
+        and slows the first steps, and no other process shares a training GPU."""
         config = tf1.ConfigProto(allow_soft_placement=True)
-        config.gpu_options.allow_growth = True
         if self.use_horovod and tf.config.list_physical_devices("GPU"):
             config.gpu_options.visible_device_list = str(self.local_rank)
         # Use the cores allotted to this rank rather than oversubscribing the machine.

@@ -11,6 +11,8 @@ import time
 import tensorflow as tf
 from absl import logging
 
+from training.train_step import OPTIMIZER_STEP_COLLECTION
+
 tf1 = tf.compat.v1
 
 
@@ -123,44 +125,96 @@ class StepLoggingHook(tf1.train.SessionRunHook):
 
 
 class PreemptionHook(tf1.train.SessionRunHook):
-    """On SIGTERM or SIGINT (a cluster preempting the job, Ctrl-C): finish the current
-    micro-batch, save a checkpoint (chief), stop; the Estimator then returns normally and the
-    process exits 0. Rerunning the same command resumes from that checkpoint."""
+    """On SIGTERM or SIGINT (a cluster preempting the job, Ctrl-C): all ranks stop together at
+    the end of the current accumulation window, the chief saves a checkpoint, and the
+    Estimator returns normally so every process exits 0. Rerunning the same command resumes
+    from that checkpoint.
+
+    Why agree and why wait for the window's end: ranks receive the signal at different
+    micro-batches (or only some of them receive it), and a rank that stopped alone would
+    leave the others blocked in their next allreduce. So every micro-batch each rank adds
+    its own "signal received" flag (0 or 1) to a scalar allreduce (sum), fetched in the same
+    run as the training op, and all ranks see the same total in the same micro-batch. They
+    stop at the first micro-batch where that total is positive and the micro-batch closed an
+    accumulation window (`is_optimizer_step`, from OPTIMIZER_STEP_COLLECTION): a checkpoint
+    taken mid-window would hold a partial gradient sum, and with
+    --allreduce_post_accumulation only rank 0's share of it. A scalar allreduce per
+    micro-batch costs nothing next to a BERT micro-batch. With one worker the flag is just
+    the local one.
+    """
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
-    def __init__(self, checkpoint_prefix, is_chief=True):
+    def __init__(self, checkpoint_prefix, workers):
         self._checkpoint_prefix = checkpoint_prefix
-        self._is_chief = is_chief
+        self._workers = workers
+        # Not None once preemption is under way for this rank: the signal it received, or
+        # 0 when only other ranks received one and this run stopped with them.
         self.received = None
+        self.stopped = False      # all ranks agreed and stopped at a window's end
         self._previous = {}
 
     def _handler(self, signum, frame):
         self.received = signum
-        logging.warning("received signal %d: saving a checkpoint after this step", signum)
+        logging.warning("received signal %d: stopping at the end of this accumulation "
+                        "window, then saving a checkpoint", signum)
 
     def begin(self):
         self._global_step = tf1.train.get_global_step()
+        # A placeholder fed on every run, not placeholder_with_default: with an unfed
+        # default, TensorFlow's graph optimizer constant-folds the allreduce, i.e. runs the
+        # collective while it builds an executor for a new set of fetches. The chief builds
+        # executors the other ranks do not (its first run also fetches summaries), so its
+        # folded allreduce waited forever for peers that never joined (seen: a hang at the
+        # second micro-batch).
+        self._local_flag = tf1.placeholder(tf.float32, [], name="preemption_signal")
+        self._agreed = self._workers.sum_over_ranks(self._local_flag)
+        boundary = tf1.get_collection(OPTIMIZER_STEP_COLLECTION)
+        # A model_fn without gradient accumulation need not publish the tensor: then
+        # every micro-batch is an optimizer step.
+        self._fetches = {"agreed": self._agreed}
+        if boundary:
+            self._fetches["boundary"] = boundary[0]
+        self._waited = 0
         for sig in self.SIGNALS:
             try:
                 self._previous[sig] = signal.signal(sig, self._handler)
             except ValueError:  # not the main thread: leave signals alone
                 pass
 
+    def before_run(self, run_context):
+        # The flag set by the handler between two runs enters the very next allreduce.
+        flag = 0.0 if self.received is None else 1.0
+        return tf1.train.SessionRunArgs(self._fetches, feed_dict={self._local_flag: flag})
+
     def after_run(self, run_context, run_values):
-        if self.received is not None:
-            run_context.request_stop()
+        results = run_values.results
+        if results["agreed"] <= 0:
+            return
+        if not results.get("boundary", True):
+            self._waited += 1
+            return
+        self.stopped = True
+        if self.received is None:
+            self.received = 0
+        logging.warning("rank %d: preemption agreed by all ranks; stopping at the end of the "
+                        "accumulation window (%d micro-batches after the signal was seen)",
+                        self._workers.rank, self._waited)
+        run_context.request_stop()
 
     def end(self, session):
-        for sig, previous in self._previous.items():
-            signal.signal(sig, previous)
-        if self.received is None or not self._is_chief:
-            return
-        savers = tf1.get_collection(tf1.GraphKeys.SAVERS)
-        saver = savers[0] if savers else tf1.train.Saver()
-        step = session.run(self._global_step)
-        path = saver.save(session, self._checkpoint_prefix, global_step=step)
-        logging.warning("preempted: saved %s", path)
+        try:
+            if self.stopped and self._workers.is_chief:
+                savers = tf1.get_collection(tf1.GraphKeys.SAVERS)
+                saver = savers[0] if savers else tf1.train.Saver()
+                step = session.run(self._global_step)
+                path = saver.save(session, self._checkpoint_prefix, global_step=step)
+                logging.warning("preempted: saved %s", path)
+        finally:
+            # Only now: a repeated signal during the save must not kill the process.
+            for sig, previous in self._previous.items():
+                signal.signal(sig, previous)
+            self._previous = {}
 
 
 class WeightsFingerprintHook(tf1.train.SessionRunHook):

@@ -78,7 +78,7 @@ def train_resuming(estimator, training_input, output_dir, max_steps, workers,
         return None
     skip, input_state = _input_position(training_input, output_dir, workers,
                                         save_checkpoints_steps, reset_data_position, done)
-    preemption = PreemptionHook(os.path.join(output_dir, "model.ckpt"), workers.is_chief)
+    preemption = PreemptionHook(os.path.join(output_dir, "model.ckpt"), workers)
     # input_state before preemption: at the end, the input state is saved before the model.
     estimator.train(input_state.input_fn(lambda: training_input.dataset(skip)),
                     max_steps=max_steps,

@@ -1,0 +1,123 @@
+"""scripts/launch_common.sh `launch` with stand-in programs (no TensorFlow, a few seconds):
+which launcher it picks for the Horovod build at hand, and that SIGTERM reaches the ranks
+but not horovodrun."""
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+# Stands in for $PYTHON: `-c ...` is launch's Horovod build query (STUB_BUILDS answers it; unset,
+# Horovod does not import); anything else is a trainer that exits 0 once it gets SIGTERM.
+PYTHON = """#!/usr/bin/env bash
+if [ "$1" = -c ]; then [ -n "${STUB_BUILDS+x}" ] || exit 1; echo "$STUB_BUILDS"; exit 0; fi
+trap 'echo "rank ${HOROVOD_RANK:-none} got TERM"; exit 0' TERM
+echo "rank ${HOROVOD_RANK:-none} started: $*"
+while :; do sleep 0.1; done
+"""
+# Stands in for horovodrun: starts two ranks; if it gets SIGTERM itself it kills them, as the
+# real one does 5 s after its own SIGTERM.
+HOROVODRUN = """#!/usr/bin/env bash
+echo "horovodrun $*"
+while [ "$1" != "${1#-}" ] || [ "$1" = 2 ] || [ "$1" = localhost:2 ]; do shift; done
+HOROVOD_RANK=0 "$@" & HOROVOD_RANK=1 "$@" &
+trap 'echo "horovodrun got TERM"; kill -9 $(jobs -p); exit 1' TERM INT
+wait
+"""
+MPIRUN = """#!/usr/bin/env bash
+echo "mpirun $*"
+"""
+
+
+def write_script(path, text):
+    path.write_text(text)
+    path.chmod(0o755)
+    return str(path)
+
+
+@pytest.fixture
+def stubs(tmp_path):
+    venv, other = tmp_path / "venv" / "bin", tmp_path / "other"
+    venv.mkdir(parents=True)
+    other.mkdir()
+    python = write_script(venv / "python", PYTHON)
+    write_script(venv / "horovodrun", HOROVODRUN)
+    write_script(other / "mpirun", MPIRUN)
+    base = dict(os.environ, PYTHON=python, PATH="/usr/bin:/bin")
+    base.pop("STUB_BUILDS", None)
+    return {"python": python, "venv": venv, "other": other, "env": base}
+
+
+def launch(repo_root, env, num_gpus):
+    script = f'set -euo pipefail; num_gpus={num_gpus}; source scripts/launch_common.sh; ' \
+             'launch trainer.py --flag'
+    return subprocess.Popen(["bash", "-c", script], cwd=repo_root, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+
+
+def wait_for_lines(process, count, timeout=30):
+    """Reads stdout until `count` lines have come (the ranks have started)."""
+    lines, deadline = [], time.time() + timeout
+    while len(lines) < count:
+        assert time.time() < deadline and process.poll() is None, lines
+        lines.append(process.stdout.readline())
+    return lines
+
+
+def test_sigterm_reaches_the_ranks_not_horovodrun(stubs, repo_root):
+    env = dict(stubs["env"], STUB_BUILDS="gloo ")
+    process = launch(repo_root, env, 2)
+    try:
+        first = wait_for_lines(process, 3)
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert first[0].split() == ["horovodrun", "-np", "2", "--gloo", "-H", "localhost:2",
+                                stubs["python"], "trainer.py", "--flag", "--horovod"]
+    assert "rank 0 got TERM" in out and "rank 1 got TERM" in out
+    assert "horovodrun got TERM" not in out
+    assert process.returncode == 128 + signal.SIGTERM
+    assert "preempted by SIGTERM" in err
+
+
+def test_single_process_gets_the_signal_too(stubs, repo_root):
+    process = launch(repo_root, stubs["env"], 1)
+    try:
+        wait_for_lines(process, 1)
+        process.send_signal(signal.SIGTERM)
+        out, _ = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert "rank none got TERM" in out
+    assert process.returncode == 128 + signal.SIGTERM
+
+
+def test_mpirun_only_when_horovod_has_mpi(stubs, repo_root):
+    os.remove(stubs["venv"] / "horovodrun")
+    env = dict(stubs["env"], STUB_BUILDS=" mpi", PATH=f"{stubs['other']}:/usr/bin:/bin")
+    out, err = launch(repo_root, env, 2).communicate(timeout=30)
+    assert out.startswith("mpirun -np 2 "), err
+    assert out.rstrip().endswith(f"{stubs['python']} trainer.py --flag --horovod")
+
+
+@pytest.mark.parametrize("builds, message", [
+    (None, "num_gpus=2 needs Horovod for TensorFlow with Gloo (horovodrun) in {python}: "
+           "bash scripts/install.sh builds it"),
+    (" mpi", "num_gpus=2: this Horovod has only MPI and mpirun is not on the PATH: install "
+             "Open MPI, or rebuild Horovod with Gloo (bash scripts/install.sh)"),
+])
+def test_no_usable_launcher_is_a_one_line_error(stubs, repo_root, builds, message):
+    env = dict(stubs["env"], PATH=f"{stubs['other']}:/usr/bin:/bin")  # mpirun there...
+    if builds is not None:
+        env["STUB_BUILDS"] = builds
+        env["PATH"] = "/usr/bin:/bin"                                  # ...or not
+    process = launch(repo_root, env, 2)
+    out, err = process.communicate(timeout=30)
+    assert process.returncode == 1
+    assert err.splitlines() == [message.format(python=stubs["python"])]
+    assert "mpirun" not in out
