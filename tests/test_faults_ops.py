@@ -101,8 +101,11 @@ def test_second_run_pretraining_on_one_folder_exits_nonzero_naming_the_first(
             log += line
             assert time.time() < deadline
         before = sorted(os.listdir(output))
-        second = subprocess.run(command_line(data, output, num_train_steps=100000),
-                                cwd=repo_root, capture_output=True, text=True, timeout=120)
+        try:
+            second = subprocess.run(command_line(data, output, num_train_steps=100000),
+                                    cwd=repo_root, capture_output=True, text=True, timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the second run did not refuse: it is training in the same folder")
         assert second.returncode == 1
         errors = [l for l in second.stderr.splitlines() if l.startswith("error: ")]
         assert len(errors) == 1 and f"pid {first.pid} on {socket.gethostname()}" in errors[0], \
