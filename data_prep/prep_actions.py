@@ -24,7 +24,9 @@ NVIDIA's recipe.  ``custom`` takes its text from ``--input``.
 Every file appears under its final name only when complete (temporary name, then rename; the
 shards of one ``sharding`` run are renamed together), so "exists" means "done": ``download``
 and ``create_tfrecord_files`` skip what exists, and a rerun after an interruption redoes only
-the unfinished part.  Temporaries of killed runs (``*.tmp-<pid>`` of a dead pid) are deleted.
+the unfinished part.  Temporaries of killed runs (``*.tmp-<pid>`` of a dead pid) are deleted
+(``data_prep.temporaries``), and pool workers die with ``bertPrep.py`` however it is killed
+(``data_prep.worker_lifetime``).
 
 ``create_tfrecord_files`` runs ``data_prep.pretraining_data.create_pretraining_tfrecords`` once
 per shard (in ``--n_processes`` worker processes), each shard seeded with
@@ -44,6 +46,8 @@ import time
 from typing import Callable, List, Optional, Sequence, Tuple
 
 from data_prep.pretraining_data import DataPrepError
+from data_prep.temporaries import remove_stale_temporaries
+from data_prep.worker_lifetime import die_with_parent
 
 ACTIONS = ("download", "text_formatting", "sharding", "create_tfrecord_files", "create_vocab")
 CORPORA = ("wikicorpus_en", "wikicorpus_zh", "bookscorpus", "books_wiki_en_corpus", "custom")
@@ -123,33 +127,6 @@ class Layout:
 
 def _say(message: str) -> None:
     print(message, flush=True)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def remove_stale_temporaries(folder: str) -> None:
-    """Deletes ``*.tmp-<pid>`` files in ``folder`` left by a killed process (pid not running).
-
-    Writers put their output under a temporary name with their pid and rename it when done, so
-    a killed run leaves one behind; a live writer's file is left alone.
-    """
-    if not os.path.isdir(folder):
-        return
-    for name in os.listdir(folder):
-        suffix = name.rsplit(".tmp-", 1)[1] if ".tmp-" in name else ""
-        if suffix.isdigit() and not _pid_alive(int(suffix)):
-            try:
-                os.remove(os.path.join(folder, name))
-            except OSError:
-                pass
 
 
 def resolve_working_dir(working_dir: Optional[str]) -> str:
@@ -415,7 +392,8 @@ def action_create_tfrecord_files(o: PrepOptions, layout: Layout) -> int:
     elif jobs:
         from concurrent.futures import ProcessPoolExecutor
         with ProcessPoolExecutor(max_workers=min(o.n_processes, len(jobs)),
-                                 initializer=_pool_init) as pool:
+                                 initializer=die_with_parent,
+                                 initargs=(os.getpid(), _pool_init)) as pool:
             for result in pool.map(tfrecord_job, *zip(*jobs)):
                 report(result)
     done = len(shards) - len(failures)

@@ -56,7 +56,8 @@ Errors that come from the input or the environment (missing/empty input, invalid
 missing vocabulary, unwritable output) raise ``DataPrepError``, whose message is one line
 ``<file>: <problem>``.  Outputs are written to ``<output>.tmp-<pid>`` and renamed on success;
 on any failure the temporary files are removed, so a record file under its final name is
-always complete.  Invalid UTF-8 is an error (Google's script crashes with a traceback):
+always complete.  A killed run cannot remove them: the next run over the same outputs does
+(those of a pid no longer running, ``data_prep.temporaries``), and input globs skip them.  Invalid UTF-8 is an error (Google's script crashes with a traceback):
 the message names the file and the byte offset of the first bad byte.
 """
 from __future__ import annotations
@@ -74,6 +75,7 @@ import numpy as np
 from absl import logging
 
 from data_prep import tfrecord_writer
+from data_prep.temporaries import is_temporary, remove_stale_temporaries
 
 # Instances built, masked, serialised and written per step (fixed: the random streams are
 # consumed per batch, so changing it changes the output of a given seed).
@@ -280,6 +282,10 @@ class Corpus:
         return [self.tokens[self.sent_offsets[s]:self.sent_offsets[s + 1]] for s in range(s0, s1)]
 
 
+def _folder(path: str) -> str:
+    return os.path.dirname(os.path.abspath(path))
+
+
 def expand_input_files(spec: Union[str, Sequence[str]]) -> List[str]:
     """Comma-separated globs (or a list of them) to a list of files, each glob sorted."""
     patterns = spec.split(",") if isinstance(spec, str) else list(spec)
@@ -288,7 +294,8 @@ def expand_input_files(spec: Union[str, Sequence[str]]) -> List[str]:
         pattern = pattern.strip()
         if not pattern:
             continue
-        matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        matches = ([m for m in sorted(glob.glob(pattern)) if not is_temporary(m)]
+                   if glob.has_magic(pattern) else [pattern])  # unfinished writes: not input
         if not matches:
             raise DataPrepError(pattern, "no input file matches")
         for path in matches:
@@ -750,6 +757,8 @@ def create_pretraining_tfrecords(input_files: Union[str, Sequence[str]],
             raise DataPrepError(path, f"output folder {folder} does not exist")
         if os.path.isdir(path):
             raise DataPrepError(path, "output path is a directory")
+    for folder, names in itertools.groupby(sorted(output_files, key=_folder), key=_folder):
+        remove_stale_temporaries(folder, names)  # left by a killed run of these outputs
     if len(set(map(os.path.abspath, output_files))) != len(output_files):
         raise DataPrepError(",".join(output_files), "the same output file is named twice")
     files = expand_input_files(input_files)

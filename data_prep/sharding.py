@@ -38,6 +38,7 @@ import numpy as np
 
 from data_prep.pretraining_data import DataPrepError
 from data_prep import sentence_segmentation
+from data_prep.worker_lifetime import die_with_parent
 
 
 class ShardingError(DataPrepError):
@@ -264,7 +265,9 @@ def shard_corpus(input_files: Sequence[str], output_dir: str, prefix: str,
                     bar.update(1)
             else:
                 import multiprocessing
-                with multiprocessing.Pool(min(options.n_processes, len(jobs))) as pool:
+                with multiprocessing.Pool(min(options.n_processes, len(jobs)),
+                                          initializer=die_with_parent,
+                                          initargs=(os.getpid(),)) as pool:
                     for res in pool.imap_unordered(_write_shard_job, jobs):
                         results[res[0]] = res
                         bar.update(1)

@@ -23,6 +23,7 @@ from training.distributed import Workers
 from training.hooks import StepLoggingHook
 from training.records import TrainingInput, record_input_fn
 from training.run_config import make_run_config
+from training.run_lock import run_lock
 from training.resume import train_resuming
 from training.settings import (TrainingSettings, UsageError, gradient_compression,
                                peak_learning_rate, precision_settings)
@@ -56,10 +57,16 @@ def _validate(task, flags, config):
 
 
 def run(task, flags):
-    """Does what the flags ask; returns a dict of results (train summary, metrics, paths)."""
+    """Does what the flags ask; returns a dict of results (train summary, metrics, paths).
+    Rank 0 holds the output folder's run lock throughout (`training.run_lock`)."""
+    workers = Workers(flags.horovod)
+    with run_lock(flags.output_dir, workers.is_chief):
+        return _run(task, flags, workers)
+
+
+def _run(task, flags, workers):
     config = BertConfig.from_json_file(flags.bert_config_file)
     _validate(task, flags, config)
-    workers = Workers(flags.horovod)
     tokenizer = FullTokenizer(flags.vocab_file, flags.do_lower_case)
     validate_case_matches_checkpoint(flags.do_lower_case, flags.init_checkpoint)
     tf.io.gfile.makedirs(flags.output_dir)

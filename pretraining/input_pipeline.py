@@ -34,23 +34,30 @@ def feature_spec(max_seq_length, max_predictions_per_seq):
     }
 
 
+def _is_input_name(name):
+    """Hidden files and writers' unfinished outputs (`*.tmp*`, e.g. the `<file>.tmp-<pid>` a
+    killed create_pretraining_data.py leaves) are never input, however they were named."""
+    return not name.startswith(".") and ".tmp" not in name
+
+
 def list_input_files(path_or_glob):
-    """Files of a directory (sorted, hidden and temporary ones left out), or of a glob/
-    comma-separated list. Raises InputError when nothing matches."""
-    files = []
+    """Files of a directory (sorted), or of a glob/comma-separated list, hidden and temporary
+    ones left out (`_is_input_name`). Raises InputError when nothing is left."""
+    found = []
     for part in str(path_or_glob).split(","):
         part = part.strip()
         if not part:
             continue
         if tf.io.gfile.isdir(part):
             names = sorted(tf.io.gfile.listdir(part))
-            files.extend(os.path.join(part, n) for n in names
-                         if not n.startswith(".") and ".tmp" not in n
-                         and not tf.io.gfile.isdir(os.path.join(part, n)))
+            found.extend(os.path.join(part, n) for n in names
+                         if not tf.io.gfile.isdir(os.path.join(part, n)))
         else:
-            files.extend(sorted(tf.io.gfile.glob(part)))
+            found.extend(sorted(tf.io.gfile.glob(part)))
+    files = [path for path in found if _is_input_name(os.path.basename(path))]
     if not files:
-        raise InputError(f"{path_or_glob}: no input files")
+        ignored = f" ({len(found)} hidden or temporary ignored)" if found else ""
+        raise InputError(f"{path_or_glob}: no input files{ignored}")
     return files
 
 

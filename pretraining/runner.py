@@ -25,6 +25,7 @@ from training.flops import peak_tflops_for_device, training_flops_per_sequence
 from training.hooks import StepLoggingHook, WeightsFingerprintHook
 from training.resume import train_resuming
 from training.run_config import make_run_config
+from training.run_lock import run_lock
 from training.settings import (TrainingSettings, UsageError, gradient_compression,
                                peak_learning_rate, precision_settings)
 
@@ -72,10 +73,16 @@ def log_plan(plan, dllog_path):
 
 
 def run(flags):
-    """Trains and/or evaluates. Returns a dict of results (training summary, eval metrics)."""
+    """Trains and/or evaluates. Returns a dict of results (training summary, eval metrics).
+    Rank 0 holds the output folder's run lock throughout (`training.run_lock`)."""
+    workers = Workers(flags.horovod)
+    with run_lock(flags.output_dir, workers.is_chief):
+        return _run(flags, workers)
+
+
+def _run(flags, workers):
     config = BertConfig.from_json_file(flags.bert_config_file)
     _validate(flags, config)
-    workers = Workers(flags.horovod)
     compute_type, loss_scale = precision_settings(flags.amp, flags.amp_dtype)
     results = {"plan": pretraining_plan(flags, workers.size)}
     if workers.is_chief:
