@@ -1,11 +1,13 @@
 """Runs pre-training (and its evaluation) from parsed flags.
 
 Resuming: the Estimator restores the latest checkpoint in --output_dir (weights, optimizer
-slots, accumulation buffers, global step, loss scale, micro-step counter). The input
-pipeline is deterministic for a seed, and the checkpoint's micro-step counter says how many
-micro-batches this rank already consumed, so the resumed pipeline skips exactly those
-records: no example is trained on twice or skipped. Dropout masks are seeded by the same
-counter, so a resumed run reproduces the uninterrupted one.
+slots, accumulation buffers, global step, loss scale, micro-step counter), and each rank
+restores its input pipeline's state saved with that checkpoint (`training.resume`): no
+example is trained on twice or skipped, and nothing consumed is re-read. Dropout masks are
+seeded by the micro-step counter, so a resumed run reproduces the uninterrupted one.
+
+Every run logs its plan (`pretraining.plan`: the effective global batch, learning rate and
+steps for this number of ranks) at start-up.
 """
 import math
 import os

@@ -58,18 +58,23 @@ for mode in ("post", "per_micro_batch"):
 '''
 
 
+def run_ranks(worker_source, work_dir):
+    """Runs `worker_source` as RANKS Horovod ranks over Gloo: argv = (repo, work_dir)."""
+    (work_dir / "worker.py").write_text(worker_source)
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    command = [sys.executable, "-m", "horovod.runner.launch", "-np", str(RANKS),
+               "-H", f"localhost:{RANKS}", "--gloo",
+               sys.executable, str(work_dir / "worker.py"), repo, str(work_dir)]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+
+
 def test_two_ranks_match_one_process_and_skip_together(tmp_path):
     pytest.importorskip("horovod.tensorflow")
     batches = make_batches(6, 8)
     np.savez(tmp_path / "data.npz", **{k: np.stack([b[k] for b in batches]) for k in batches[0]})
     np.savez(tmp_path / "init.npz", **INIT)
-    (tmp_path / "worker.py").write_text(WORKER)
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    command = [sys.executable, "-m", "horovod.runner.launch", "-np", str(RANKS),
-               "-H", f"localhost:{RANKS}", "--gloo",
-               sys.executable, str(tmp_path / "worker.py"), repo, str(tmp_path)]
-    run = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    run_ranks(WORKER, tmp_path)
 
     reference = Model(num_accumulation_steps=2, loss_scale="dynamic")
     try:
@@ -124,13 +129,7 @@ def test_bfloat16_gradients_are_allreduced_exactly_not_through_float16(tmp_path)
     grads = (magnitudes[None, :, None] * (1.0 + rng.uniform(size=(RANKS, 5, 8)))
              ).astype(np.float32).reshape(RANKS, 40)
     np.save(tmp_path / "grads.npy", grads)
-    (tmp_path / "worker.py").write_text(COMPRESSION_WORKER)
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    command = [sys.executable, "-m", "horovod.runner.launch", "-np", str(RANKS),
-               "-H", f"localhost:{RANKS}", "--gloo",
-               sys.executable, str(tmp_path / "worker.py"), repo, str(tmp_path)]
-    run = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    run_ranks(COMPRESSION_WORKER, tmp_path)
 
     exact = grads.astype(np.float64).mean(axis=0)
     for rank in range(RANKS):
