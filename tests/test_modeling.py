@@ -117,9 +117,23 @@ def test_mixed_precision_keeps_float32_variables_and_outputs(compute_type):
         assert model.get_embedding_output().dtype == tf.float32
         assert model.get_sequence_output().dtype == tf.float32
         assert model.get_pooled_output().dtype == tf.float32
-        matmul_types = {op.get_attr("T") for op in tf1.get_default_graph().get_operations()
-                        if op.type in ("MatMul", "BatchMatMulV2")}
-        assert tf.as_dtype(compute_type) in matmul_types
+        assert tf.as_dtype(compute_type) in _matmul_value_types(tf1.get_default_graph())
+
+
+def _matmul_value_types(graph):
+    """The dtypes whose values the graph's matmuls multiply. A float32 matmul of two
+    casts from bfloat16 multiplies bfloat16 values (core.matmul on CPUs without native
+    bf16 GEMMs), so it counts as bfloat16."""
+    types = set()
+    for op in graph.get_operations():
+        if op.type not in ("MatMul", "BatchMatMulV2"):
+            continue
+        sources = [tensor.op for tensor in op.inputs]
+        if all(s.type == "Cast" and s.get_attr("SrcT") == tf.bfloat16 for s in sources):
+            types.add(tf.bfloat16)
+        else:
+            types.add(op.get_attr("T"))
+    return types
 
 
 def _save_random_checkpoint(config, path):

@@ -158,6 +158,9 @@ def test_two_ranks_apply_twice_the_per_rank_learning_rate(repo_root, tmp_path):
     assert len(plan) == 1 and plan[0]["ranks"] == 2
     assert plan[0]["peak_learning_rate"] == pytest.approx(2e-3)
     assert plan[0]["global_batch_size"] == 4
-    rates = [r["learning_rate"] for r in records if "learning_rate" in r]
+    steps = [r for r in records if "learning_rate" in r]
+    # the one global norm of the step is logged with it (never the 0 between steps)
+    assert len(steps) == 4 and all(r["global_norm"] > 0 for r in steps)
+    rates = [r["learning_rate"] for r in steps]
     # no warm-up: LAMB's decay from the peak, lr(s) = 2e-3 * (1 - s/4) ** 0.5
     assert rates == pytest.approx([2e-3 * (1 - s / 4) ** 0.5 for s in range(4)], rel=1e-6)

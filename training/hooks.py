@@ -16,6 +16,12 @@ from training.train_step import OPTIMIZER_STEP_COLLECTION
 tf1 = tf.compat.v1
 
 
+# Values of the optimizer step itself, reported as they are rather than averaged over the
+# interval's micro-batches (global_norm is 0 between optimizer steps).
+_REPORTED_AS_IS = ("global_step", "is_optimizer_step", "skipped_steps", "loss_scale",
+                   "learning_rate", "global_norm")
+
+
 class StepLoggingHook(tf1.train.SessionRunHook):
     """Logs every `every_n_steps` optimizer steps (rank 0 only).
 
@@ -62,8 +68,7 @@ class StepLoggingHook(tf1.train.SessionRunHook):
         values = run_values.results
         self._micro_batches += 1
         for key, value in values.items():
-            if key in ("global_step", "is_optimizer_step", "skipped_steps", "loss_scale",
-                       "learning_rate"):
+            if key in _REPORTED_AS_IS:
                 continue
             self._sums[key] = self._sums.get(key, 0.0) + float(value)
         self._count += 1
@@ -78,7 +83,7 @@ class StepLoggingHook(tf1.train.SessionRunHook):
         sequences = self._micro_batches * self._global_batch
         record = {"step": step}
         record.update({k: v / self._count for k, v in self._sums.items()})
-        for key in ("learning_rate", "loss_scale", "skipped_steps"):
+        for key in ("learning_rate", "loss_scale", "global_norm", "skipped_steps"):
             if key in values:
                 record[key] = float(values[key]) if key != "skipped_steps" else int(values[key])
         record["sequences_per_second"] = sequences / seconds

@@ -59,7 +59,7 @@ def train_spec(settings, loss, micro_step, log_tensors, extra_hooks_fn=None):
     tensors = dict(log_tensors)
     tensors.update({key: extras[key] for key in ("learning_rate", "loss_scale",
                                                   "skipped_steps", "global_step",
-                                                  "is_optimizer_step")})
+                                                  "is_optimizer_step", "global_norm")})
     tf1.add_to_collection(OPTIMIZER_STEP_COLLECTION, tensors["is_optimizer_step"])
     for key in list(log_tensors) + ["learning_rate", "loss_scale"]:
         tf1.summary.scalar(key, tensors[key])
