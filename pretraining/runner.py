@@ -29,7 +29,7 @@ from training.resume import train_resuming
 from training.run_config import make_run_config
 from training.run_lock import run_lock
 from training.settings import (TrainingSettings, UsageError, gradient_compression,
-                               peak_learning_rate, precision_settings)
+                               precision_settings)
 
 def _peak_flops(flags_peak_tflops):
     if flags_peak_tflops > 0:
@@ -103,7 +103,7 @@ def _run(flags, workers):
         check_records_match(eval_files, flags.max_seq_length, flags.max_predictions_per_seq)
 
     settings = TrainingSettings(
-        bert_config=config, learning_rate=peak_learning_rate(flags.learning_rate, workers.size),
+        bert_config=config, learning_rate=results["plan"]["peak_learning_rate"],
         num_train_steps=flags.num_train_steps, num_warmup_steps=flags.num_warmup_steps,
         optimizer_type=flags.optimizer_type,
         init_checkpoint=flags.init_checkpoint, compute_type=compute_type,

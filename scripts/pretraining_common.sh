@@ -58,27 +58,24 @@ run_phase() {
   local phase=$1 seq=$2 pred=$3 batch=$4 lr=$5 warmup=$6 steps=$7 accum=$8 train=$9 evaldir=${10}
   shift 10
   local out="$RESULTS_DIR/phase_$phase"
+  # One list for the dry run and the run, so the printed plan is the one that runs.
+  local args=(--phase="$phase"
+    --bert_config_file="$BERT_CONFIG" --input_files_dir="$train" --eval_files_dir="$evaldir"
+    --output_dir="$out" --do_train --do_eval --optimizer_type=lamb
+    --max_seq_length="$seq" --max_predictions_per_seq="$pred"
+    --train_batch_size="$batch" --eval_batch_size="$eval_batch_size"
+    --learning_rate="$lr" --num_warmup_steps="$warmup" --num_train_steps="$steps"
+    --num_accumulation_steps="$accum" --allreduce_post_accumulation
+    --save_checkpoints_steps="$save_checkpoints_steps" --display_loss_steps="${DISPLAY_LOSS_STEPS:-1}"
+    --dllog_path="$DLLOG_DIR/phase_${phase}_dllog.jsonl" $PREC_FLAGS $XLA_FLAGS_ARG "$@")
   if [ "${DRY_RUN:-0}" = 1 ]; then  # the plan of this phase as one JSON line; nothing runs
-    "$PYTHON" "$ROOT/run_pretraining.py" --dry_run --dry_run_ranks="$num_gpus" --phase="$phase" \
-      --bert_config_file="$BERT_CONFIG" --output_dir="$out" --optimizer_type=lamb \
-      --max_seq_length="$seq" --max_predictions_per_seq="$pred" --train_batch_size="$batch" \
-      --learning_rate="$lr" --num_warmup_steps="$warmup" --num_train_steps="$steps" \
-      --num_accumulation_steps="$accum" --save_checkpoints_steps="$save_checkpoints_steps" \
-      $PREC_FLAGS "$@"
+    "$PYTHON" "$ROOT/run_pretraining.py" "${args[@]}" --dry_run --dry_run_ranks="$num_gpus"
     return
   fi
   mkdir -p "$out"
   echo "== phase $phase: seq $seq, batch $batch x $accum accumulation x $num_gpus ranks," \
        "lr $lr per GPU (x $num_gpus), $steps steps ($warmup warm-up), $precision, xla $use_xla -> $out"
-  launch "$ROOT/run_pretraining.py" --phase="$phase" \
-    --bert_config_file="$BERT_CONFIG" --input_files_dir="$train" --eval_files_dir="$evaldir" \
-    --output_dir="$out" --do_train --do_eval --optimizer_type=lamb \
-    --max_seq_length="$seq" --max_predictions_per_seq="$pred" \
-    --train_batch_size="$batch" --eval_batch_size="$eval_batch_size" \
-    --learning_rate="$lr" --num_warmup_steps="$warmup" --num_train_steps="$steps" \
-    --num_accumulation_steps="$accum" --allreduce_post_accumulation \
-    --save_checkpoints_steps="$save_checkpoints_steps" --display_loss_steps="${DISPLAY_LOSS_STEPS:-1}" \
-    --dllog_path="$DLLOG_DIR/phase_${phase}_dllog.jsonl" $PREC_FLAGS $XLA_FLAGS_ARG "$@"
+  launch "$ROOT/run_pretraining.py" "${args[@]}"
 }
 
 # phase_finished DIR STEPS: true when DIR holds the checkpoint of step STEPS (the phase's last).
