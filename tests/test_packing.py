@@ -1,0 +1,135 @@
+"""Sequence packing: the packing itself (constraints, determinism) and the correctness oracle
+of the issue: a packed batch gives the same per-instance masked-LM and next-sentence losses
+and the same gradients as the same instances unpacked (float32, <= 1e-5)."""
+import types
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from data_prep.packing import best_fit_decreasing, pack_features, padding_fraction
+from modeling import named_config
+from pretraining.model_fn import pretraining_losses
+
+tf1 = tf.compat.v1
+SEQ, PREDICTIONS, VOCAB, PER_ROW = 32, 6, 97, 3
+
+
+def random_instances(count, rng):
+    """Google-shaped unpacked instances of random lengths: [CLS] A [SEP] B [SEP], padding,
+    masked-LM predictions inside A/B (at most round(0.15 * length), at least 1)."""
+    lengths = rng.integers(6, SEQ + 1, size=count)
+    lengths[: count // 2] = rng.integers(6, 14, size=count // 2)   # many short ones
+    features = {name: np.zeros((count, SEQ), np.int32)
+                for name in ("input_ids", "input_mask", "segment_ids")}
+    for name in ("masked_lm_positions", "masked_lm_ids"):
+        features[name] = np.zeros((count, PREDICTIONS), np.int32)
+    features["masked_lm_weights"] = np.zeros((count, PREDICTIONS), np.float32)
+    features["next_sentence_labels"] = rng.integers(0, 2, size=(count, 1)).astype(np.int32)
+    for i, length in enumerate(lengths):
+        a_len = int(rng.integers(1, length - 3))
+        features["input_ids"][i, :length] = rng.integers(5, VOCAB, size=length)
+        features["input_ids"][i, [0, a_len + 1, length - 1]] = [2, 3, 3]
+        features["input_mask"][i, :length] = 1
+        features["segment_ids"][i, a_len + 2:length] = 1
+        candidates = [p for p in range(1, length - 1) if p != a_len + 1]
+        count_i = min(PREDICTIONS, max(1, round(0.15 * length)), len(candidates))
+        positions = np.sort(rng.choice(candidates, size=count_i, replace=False))
+        features["masked_lm_positions"][i, :count_i] = positions
+        features["masked_lm_ids"][i, :count_i] = rng.integers(5, VOCAB, size=count_i)
+        features["masked_lm_weights"][i, :count_i] = 1.0
+    return features
+
+
+@pytest.fixture(scope="module")
+def instances():
+    return random_instances(24, np.random.default_rng(7))
+
+
+def test_rows_respect_every_bound_and_use_each_instance_once(instances):
+    lengths = instances["input_mask"].sum(axis=1)
+    predictions = (instances["masked_lm_weights"] > 0).sum(axis=1)
+    rows = best_fit_decreasing(lengths, SEQ, PER_ROW, predictions, PREDICTIONS)
+    assert sorted(i for row in rows for i in row) == list(range(len(lengths)))
+    for row in rows:
+        assert 1 <= len(row) <= PER_ROW
+        assert lengths[row].sum() <= SEQ and predictions[row].sum() <= PREDICTIONS
+    assert len(rows) < len(lengths)            # something was packed
+    assert rows == best_fit_decreasing(lengths, SEQ, PER_ROW, predictions, PREDICTIONS)
+    # Best fit: no two rows could be merged into one (a first-fit bound of the greedy rule).
+    loads = sorted((lengths[row].sum(), len(row), predictions[row].sum()) for row in rows)
+    smallest, second = loads[0], loads[1]
+    assert (smallest[0] + second[0] > SEQ or smallest[1] + second[1] > PER_ROW
+            or smallest[2] + second[2] > PREDICTIONS)
+
+
+def test_packed_rows_keep_each_instance_unchanged(instances):
+    rows = best_fit_decreasing(instances["input_mask"].sum(axis=1), SEQ, PER_ROW,
+                               (instances["masked_lm_weights"] > 0).sum(axis=1), PREDICTIONS)
+    packed = pack_features(instances, rows, PER_ROW)
+    assert padding_fraction(packed["input_mask"]) < padding_fraction(instances["input_mask"])
+    for r, members in enumerate(rows):
+        for slot, i in enumerate(members):
+            where = packed["instance_ids"][r] == slot + 1
+            length = int(instances["input_mask"][i].sum())
+            np.testing.assert_array_equal(packed["input_ids"][r][where],
+                                          instances["input_ids"][i, :length])
+            np.testing.assert_array_equal(packed["position_ids"][r][where], np.arange(length))
+            start = packed["next_sentence_positions"][r, slot]
+            assert packed["input_ids"][r, start] == 2 and where[start]
+            assert packed["next_sentence_labels"][r, slot] == \
+                instances["next_sentence_labels"][i, 0]
+        assert packed["next_sentence_weights"][r].sum() == len(members)
+        # every prediction points at a token of one of the row's instances
+        real = packed["masked_lm_weights"][r] > 0
+        assert np.all(packed["instance_ids"][r][packed["masked_lm_positions"][r][real]] > 0)
+
+
+def _losses_and_gradients(features, config, weights=None):
+    """Runs the pre-training losses and their gradients on `features` in a fresh graph,
+    with the variables set to `weights` (name -> value; random when None).
+    Returns (outputs, gradients in variable-name order, the weights used)."""
+    settings = types.SimpleNamespace(bert_config=config, compute_type=tf.float32)
+    with tf.Graph().as_default():
+        tf1.set_random_seed(3)
+        outputs = pretraining_losses(settings, {k: tf.constant(v) for k, v in features.items()},
+                                     is_training=False)
+        variables = sorted(tf1.trainable_variables(), key=lambda v: v.name)
+        gradients = [tf.convert_to_tensor(g) for g in
+                     tf.gradients(outputs["total_loss"], variables)]
+        with tf1.Session() as session:
+            session.run(tf1.global_variables_initializer())
+            for variable in variables if weights else ():
+                variable.load(weights[variable.name], session)  # same start for both
+            values = session.run({v.name: v for v in variables})
+            outputs, gradients = session.run((outputs, gradients))
+    return outputs, gradients, values
+
+
+def test_packed_batch_trains_exactly_like_the_unpacked_one(instances):
+    config = named_config("tiny").replace(vocab_size=VOCAB, max_position_embeddings=SEQ)
+    lengths = instances["input_mask"].sum(axis=1)
+    predictions = (instances["masked_lm_weights"] > 0).sum(axis=1)
+    rows = best_fit_decreasing(lengths, SEQ, PER_ROW, predictions, PREDICTIONS)
+    packed = pack_features(instances, rows, PER_ROW)
+    plain, plain_grads, weights = _losses_and_gradients(instances, config)
+    pack, pack_grads, _ = _losses_and_gradients(packed, config, weights)
+    assert len(plain_grads) == len(pack_grads) > 10
+    for key in ("total_loss", "masked_lm_loss", "next_sentence_loss"):
+        np.testing.assert_allclose(pack[key], plain[key], rtol=1e-5, atol=1e-6)
+    for grad_plain, grad_pack in zip(plain_grads, pack_grads):
+        np.testing.assert_allclose(grad_pack, grad_plain, rtol=1e-4, atol=1e-6)
+        assert np.abs(grad_pack - grad_plain).max() <= 1e-5
+    # per instance: its next-sentence loss and each of its masked-LM losses
+    mlm_plain = plain["mlm_example_loss"].reshape(len(lengths), PREDICTIONS)
+    mlm_pack = pack["mlm_example_loss"].reshape(len(rows), PREDICTIONS)
+    nsp_pack = pack["nsp_example_loss"].reshape(len(rows), PER_ROW)
+    for r, members in enumerate(rows):
+        first = 0
+        for slot, i in enumerate(members):
+            np.testing.assert_allclose(nsp_pack[r, slot], plain["nsp_example_loss"][i],
+                                       rtol=1e-5, atol=1e-6)
+            count = int(predictions[i])
+            np.testing.assert_allclose(mlm_pack[r, first:first + count],
+                                       mlm_plain[i, :count], rtol=1e-5, atol=1e-6)
+            first += count
