@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from pretraining.dynamic_masking import DynamicMasking
 from pretraining.input_pipeline import InputError, feature_spec, training_input
-from pretraining_records import write_random_records
+from pretraining_records import write_random_records, write_random_unmasked_records
 from test_pretraining import PREDICTIONS, SEQ, checkpoint_tensors, command_line, data  # noqa: F401
 from training import data_order, records
 from training.distributed import Workers
@@ -39,6 +40,26 @@ def files(tmp_path_factory):
     return tuple(paths)
 
 
+@pytest.fixture(scope="module")
+def unmasked_files(tmp_path_factory):
+    """Dynamic-masking records: the input pipeline masks them (pretraining.dynamic_masking)."""
+    folder = tmp_path_factory.mktemp("unmasked")
+    paths = []
+    for index in range(3):
+        path = folder / f"part-{index}.tfrecord"
+        write_random_unmasked_records(path, 30, SEQ, 10_000, seed=70 + index)
+        paths.append(str(path))
+    return tuple(paths)
+
+
+@pytest.fixture(params=["static", "dynamic"])
+def kind(request):
+    """(files, masking) of static records or of dynamic-masking ones."""
+    if request.param == "static":
+        return request.getfixturevalue("files"), None
+    return request.getfixturevalue("unmasked_files"), DynamicMasking(PREDICTIONS)
+
+
 @pytest.fixture
 def skips(monkeypatch):
     """Records skipped by every training pipeline built (what a resume re-reads)."""
@@ -54,7 +75,7 @@ def skips(monkeypatch):
 
 
 class _Batches(tf1.train.SessionRunHook):
-    """Collects the input_ids of every micro-batch trained on."""
+    """Collects a tensor (the tokens and masked positions) of every micro-batch trained on."""
 
     def __init__(self, ids, into):
         self._ids, self._into = ids, into
@@ -67,8 +88,9 @@ class _Batches(tf1.train.SessionRunHook):
 
 
 def train(output_dir, files, max_steps, batch_size=4, save_checkpoints_steps=2, seed=7,
-          reset=None):
-    """Trains a counting model with train_resuming; returns the batches it trained on."""
+          reset=None, masking=None):
+    """Trains a counting model with train_resuming; returns the batches it trained on (their
+    input_ids, then masked_lm_positions). `masking`: see `training_input`."""
     batches = []
 
     def model_fn(features, labels, mode, params=None):
@@ -78,13 +100,13 @@ def train(output_dir, files, max_steps, batch_size=4, save_checkpoints_steps=2, 
         loss = weight * tf.reduce_sum(tf.cast(features["input_ids"], tf.float32))
         train_op = tf.group(micro_step.assign_add(1), global_step.assign_add(1))
         return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op, training_hooks=[
-            _Batches(features["input_ids"], batches)])
+            _Batches(tf.concat([features["input_ids"], features["masked_lm_positions"]], 1),
+                     batches)])
 
     workers = Workers(False)
     estimator = tf.estimator.Estimator(model_fn, config=make_run_config(
         str(output_dir), workers, save_checkpoints_steps, 5, seed=seed))
-    stream = TrainingInput(tuple(files), batch_size, feature_spec(SEQ, PREDICTIONS),
-                           seed=seed, shuffle_buffer=16)
+    stream = training_input(files, batch_size, SEQ, PREDICTIONS, seed, 1, 0, 16, masking)
     train_resuming(estimator, stream, str(output_dir), max_steps, workers,
                    save_checkpoints_steps, reset_data_position=reset)
     return batches
@@ -101,14 +123,15 @@ def model_checkpoints(output_dir):
                   for path in output_dir.glob("model.ckpt-*.index"))
 
 
-def test_resume_restores_the_input_state_and_skips_no_records(files, tmp_path, skips):
-    reference = train(tmp_path / "reference", files, 12)
+def test_resume_restores_the_input_state_and_skips_no_records(kind, tmp_path, skips):
+    files, masking = kind
+    reference = train(tmp_path / "reference", files, 12, masking=masking)
     assert skips == [0]
     out = tmp_path / "run"
-    first = train(out, files, 5)
+    first = train(out, files, 5, masking=masking)
     # a state at every model checkpoint (steps 2, 4) and at the end (5), the last 3 kept
     assert states(out) == [2, 4, 5] == model_checkpoints(out)[-3:]
-    second = train(out, files, 12)
+    second = train(out, files, 12, masking=masking)
     assert skips == [0, 0, 0], "the resumed pipeline re-read records"
     assert first + second == reference
     # the Estimator's rule restarts at the resumed step: model checkpoints 7, 9, 11 and 12
@@ -125,15 +148,16 @@ def test_state_of_an_older_checkpoint_is_found_by_its_micro_step(files, tmp_path
     assert skips[-1] == 0
 
 
-def test_without_a_matching_state_the_pipeline_skips_exactly_and_warns(files, tmp_path, skips,
+def test_without_a_matching_state_the_pipeline_skips_exactly_and_warns(kind, tmp_path, skips,
                                                                        caplog):
-    reference = train(tmp_path / "reference", files, 10)
+    files, masking = kind
+    reference = train(tmp_path / "reference", files, 10, masking=masking)
     out = tmp_path / "run"
-    train(out, files, 5)
+    train(out, files, 5, masking=masking)
     shutil.rmtree(out / "input_state")
     os.remove(out / data_order.DATA_ORDER_FILE)  # as written by an older version
     with caplog.at_level("WARNING"):
-        assert train(out, files, 10) == reference[5:]
+        assert train(out, files, 10, masking=masking) == reference[5:]
     assert skips[-1] == 5 * 4
     assert "no input state for micro_step 5" in caplog.text
     assert "skipping 20 records (exact, but slower)" in caplog.text
