@@ -222,3 +222,89 @@ def test_masks_change_with_epoch_and_rank_and_repeat_exactly(corpus):
     first, second = read(path, masking), read(path, masking, seed=99)
     for name in first:
         np.testing.assert_array_equal(first[name], second[name], err_msg=name)
+
+
+def test_start_up_checks_name_the_file_and_the_problem(tmp_path, repo_root):
+    def folder(name, *writers):
+        path = tmp_path / name
+        path.mkdir()
+        for index, write in enumerate(writers):
+            write(path / f"part-{index}.tfrecord", index)
+        return sorted(str(p) for p in path.iterdir())
+
+    def static(path, seed):
+        write_random_records(path, 4, 16, 3, 101, seed=seed)
+
+    def dynamic(vocab_size=101, seq=16):
+        return lambda path, seed: write_random_unmasked_records(path, 4, seq, vocab_size, seed)
+
+    assert check_records_match(folder("dynamic", dynamic(), dynamic()), 16, 5, 101) == "dynamic"
+    assert check_records_match(folder("static", static, static), 16, 3, 101) == "static"
+    mixed = folder("mixed", static, dynamic())
+    with pytest.raises(InputError) as error:
+        check_records_match(mixed, 16, 3, 101)
+    assert str(error.value) == (f"{mixed[1]}: dynamic-masking (unmasked) records, but "
+                                f"{mixed[0]} holds static (masked) records; use one kind per run")
+    with pytest.raises(InputError) as error:
+        check_records_match(folder("static2", static), 16, 3, 101, ["--masked_lm_prob=0.2"])
+    assert str(error.value).endswith(
+        "part-0.tfrecord: static (masked) records are masked already; --masked_lm_prob=0.2 "
+        "applies only to records written with create_pretraining_data.py --masking=dynamic")
+    vocabularies = folder("vocabularies", dynamic(), dynamic(vocab_size=30522))
+    with pytest.raises(InputError) as error:
+        check_records_match(vocabularies, 16, 3, 30522)
+    assert str(error.value) == (f"{vocabularies[1]}: written with another vocabulary than "
+                                f"{vocabularies[0]} (masking_vocab [30522, 2, 3, 4] vs "
+                                "[101, 2, 3, 4])")
+    large = folder("large", dynamic(vocab_size=30522))
+    with pytest.raises(InputError, match=r"part-0\.tfrecord: records were written with a "
+                                         r"vocabulary of 30522 tokens but the model's "
+                                         r"vocab_size is 101$"):
+        check_records_match(large, 16, 3, 101)
+    longer = folder("longer", dynamic(), dynamic(seq=32))
+    with pytest.raises(InputError, match=r"part-1\.tfrecord: records have sequence length 32 "
+                                         r"but --max_seq_length=16$"):
+        check_records_match(longer, 16, 3, 101)
+    # on the command lines: one line, no traceback
+    result = subprocess.run(
+        [sys.executable, "create_pretraining_data.py", f"--input_file={__file__}",
+         f"--output_file={tmp_path / 'out.tfrecord'}", f"--vocab_file={__file__}",
+         "--masking=dynamic", "--do_whole_word_mask"],
+        cwd=repo_root, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: --do_whole_word_mask: dynamic-masking records keep every word start; choose "
+        "whole-word masking when training (run_pretraining.py --do_whole_word_mask)")
+
+
+def test_run_pretraining_trains_and_evaluates_dynamic_records_repeatably(tmp_path, repo_root):
+    from test_pretraining import PREDICTIONS, SEQ as SHORT, VOCAB, command_line, make_flags
+    from pretraining.runner import run
+    data = tmp_path / "data"
+    for part in ("train", "eval"):
+        (data / part).mkdir(parents=True)
+    for index in range(2):
+        write_random_unmasked_records(data / "train" / f"part-{index}.tfrecord", 24, SHORT,
+                                      VOCAB, seed=index)
+    write_random_unmasked_records(data / "eval" / "part-0.tfrecord", 20, SHORT, VOCAB, seed=5)
+    from modeling import named_config
+    named_config("tiny").replace(vocab_size=VOCAB).to_json_file(str(data / "bert_config.json"))
+    flags = dict(num_train_steps=2, do_eval=True, eval_batch_size=8, max_eval_steps=3,
+                 do_whole_word_mask=True, masked_lm_prob=0.3)
+    first = run(make_flags(data, tmp_path / "run", **flags))
+    assert first["train"]["final_step"] == 2 and np.isfinite(first["train"]["total_loss"])
+    again = run(make_flags(data, tmp_path / "run", **dict(flags, do_train=False, seed=3)))
+    assert again["eval"] == first["eval"]
+    assert 0 < first["eval"]["masked_lm_loss"] < 20
+    # static records refuse the dynamic-only flags, in one line
+    static = tmp_path / "static"
+    static.mkdir()
+    write_random_records(static / "part-0.tfrecord", 8, SHORT, PREDICTIONS, VOCAB)
+    result = subprocess.run(command_line(data, tmp_path / "refused", input_files_dir=str(static))
+                            + ["--do_whole_word_mask"], cwd=repo_root, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: {static / 'part-0.tfrecord'}: static (masked) records are masked already; "
+        "--do_whole_word_mask=True applies only to records written with "
+        "create_pretraining_data.py --masking=dynamic")
