@@ -98,13 +98,16 @@ def check_file_sharding(files, ranks):
             f"{ranks})")
 
 
-def _reading(max_seq_length, max_predictions_per_seq, masking, is_training, seed, rank):
+def _reading(max_seq_length, max_predictions_per_seq, masking, is_training, seed=12345,
+             shard_index=0, **_):
     """(spec, batch_fn): how to parse and finish batches of static records (masking None)
     or dynamic-masking ones (masking: a `DynamicMasking`; training draws from the stream of
-    (seed, rank), evaluation from the fixed EVAL_SEED)."""
+    (seed, rank = shard_index), evaluation from the fixed EVAL_SEED). Takes the options of
+    `record_dataset` (the seed default is its)."""
     if masking is None:
         return feature_spec(max_seq_length, max_predictions_per_seq), None
-    key = stream_key(seed, rank, "train") if is_training else stream_key(EVAL_SEED, 0, "eval")
+    key = (stream_key(seed, shard_index, "train") if is_training
+           else stream_key(EVAL_SEED, 0, "eval"))
     return unmasked_feature_spec(max_seq_length), masking.batch_fn(key)
 
 
@@ -128,7 +131,7 @@ def make_dataset(files, batch_size, max_seq_length, max_predictions_per_seq, is_
     `masking`."""
     check_file_sharding(files, options.get("num_shards", 1))
     spec, batch_fn = _reading(max_seq_length, max_predictions_per_seq, masking, is_training,
-                              options.get("seed", 12345), options.get("shard_index", 0))
+                              **options)
     return record_dataset(files, batch_size, spec, is_training, shard_by="files",
                           batch_fn=batch_fn, **options)
 
@@ -138,5 +141,5 @@ def make_input_fn(files, batch_size, max_seq_length, max_predictions_per_seq, is
     """Estimator input_fn of pre-training records; see `training.records.record_input_fn`
     and `training_input` for `masking`."""
     spec, batch_fn = _reading(max_seq_length, max_predictions_per_seq, masking, is_training,
-                              options.get("seed", 12345), options.get("shard_index", 0))
+                              **options)
     return record_input_fn(files, batch_size, spec, is_training, batch_fn=batch_fn, **options)

@@ -120,6 +120,9 @@ def test_pipeline_masks_the_static_records_instances_alike(corpus):
     # exactly the features, dtypes and shapes the model_fn reads from static records
     assert {name: (value.dtype, value.shape) for name, value in dynamic.items()} == \
         {name: (value.dtype, value.shape) for name, value in static.items()}
+    training = [make_dataset([corpus["paths"][kind]], 8, SEQ, PRED, True, masking=masking)
+                for kind, masking in (("static", None), ("dynamic", DynamicMasking(PRED)))]
+    assert training[0].element_spec == training[1].element_spec  # static shapes included
     # the same instances; the labels are the original tokens; nothing else changed
     np.testing.assert_array_equal(originals(dynamic), corpus["unmasked"]["input_ids"])
     np.testing.assert_array_equal(originals(static), corpus["unmasked"]["input_ids"])

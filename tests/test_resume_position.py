@@ -30,27 +30,29 @@ from training.train_step import micro_step_variable
 tf1 = tf.compat.v1
 
 
-@pytest.fixture(scope="module")
-def files(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("records")
+def record_files(folder, write):
+    """Three files of 30 records, `write(path, count, seed)`."""
     paths = []
     for index in range(3):
         path = folder / f"part-{index}.tfrecord"
-        write_random_records(path, 30, SEQ, PREDICTIONS, 10_000, seed=50 + index)
+        write(path, 30, index)
         paths.append(str(path))
     return tuple(paths)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    return record_files(tmp_path_factory.mktemp("records"), lambda path, count, index:
+                        write_random_records(path, count, SEQ, PREDICTIONS, 10_000,
+                                             seed=50 + index))
 
 
 @pytest.fixture(scope="module")
 def unmasked_files(tmp_path_factory):
     """Dynamic-masking records: the input pipeline masks them (pretraining.dynamic_masking)."""
-    folder = tmp_path_factory.mktemp("unmasked")
-    paths = []
-    for index in range(3):
-        path = folder / f"part-{index}.tfrecord"
-        write_random_unmasked_records(path, 30, SEQ, 10_000, seed=70 + index)
-        paths.append(str(path))
-    return tuple(paths)
+    return record_files(tmp_path_factory.mktemp("unmasked"), lambda path, count, index:
+                        write_random_unmasked_records(path, count, SEQ, 10_000,
+                                                      seed=70 + index))
 
 
 @pytest.fixture(scope="module")
