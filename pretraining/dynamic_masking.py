@@ -90,7 +90,8 @@ def mask_batch(features, seed, masking):
     """Masks a micro-batch of unmasked rows.
 
     features: `input_ids`, `input_mask`, `word_starts` [B, L] int32, `masking_vocab` [B, 4]
-      int32, anything else (passed through). seed: [2] int64. masking: DynamicMasking.
+      int32, anything else (passed through). seed: [2] int64. masking: DynamicMasking,
+      with max_predictions_per_seq <= L.
     Returns the features with `input_ids` masked, plus `masked_lm_positions`,
       `masked_lm_ids` [B, P] int32 and `masked_lm_weights` [B, P] float32
       (P = max_predictions_per_seq), without `word_starts` and `masking_vocab`.

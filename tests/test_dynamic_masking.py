@@ -1,7 +1,9 @@
 """Dynamic masking (create_pretraining_data.py --masking=dynamic + the input pipeline's
 masker) against our static masking, which tests/test_pretraining_data.py checks against
 Google's algorithm: the same instances, the same counts, the same statistics; new masks per
-epoch and rank, repeatable streams, start-up checks of the records against the flags."""
+epoch and rank, repeatable streams, start-up checks of the records against the flags,
+bertPrep's dynamic folder, and run_pretraining on dynamic records (exact resume after kill -9:
+tests/test_resume_position.py)."""
 import os
 import subprocess
 import sys
@@ -99,10 +101,9 @@ def corpus(shared_data, minilm_vocab, tmp_path_factory):
         pdata.create_pretraining_tfrecords(text, paths[name], tokenizer, options,
                                            log_instances=0)
     return {"paths": paths, "vocab": tokenizer.vocab, "folder": folder,
-            "unmasked": read_all(tf.data.TFRecordDataset(paths["dynamic"]).batch(4096).map(
-                lambda r: tf.io.parse_example(r, {
-                    "input_ids": tf.io.FixedLenFeature([SEQ], tf.int64),
-                    "word_starts": tf.io.FixedLenFeature([SEQ], tf.int64)})))}
+            "unmasked": read_all(record_dataset([paths["dynamic"]], 4096,
+                                                unmasked_feature_spec(SEQ), False,
+                                                drop_remainder=False))}
 
 
 def read(path, masking=None, **options):
@@ -311,3 +312,19 @@ def test_run_pretraining_trains_and_evaluates_dynamic_records_repeatably(tmp_pat
         f"error: {static / 'part-0.tfrecord'}: static (masked) records are masked already; "
         "--do_whole_word_mask=True applies only to records written with "
         "create_pretraining_data.py --masking=dynamic")
+
+
+def test_bertprep_writes_dynamic_records_into_their_own_folder(corpus, minilm_vocab):
+    from data_prep import prep_actions
+    work = corpus["folder"] / "bertprep"
+    shards = work / "sharded_training_shards_1_test_shards_0_fraction_0.1" / "custom"
+    shards.mkdir(parents=True)
+    (shards / "custom_training_0.txt").write_bytes((corpus["folder"] / "alice.txt").read_bytes())
+    options = prep_actions.PrepOptions(
+        action="create_tfrecord_files", dataset="custom", working_dir=str(work),
+        n_training_shards=1, n_test_shards=0, vocab_file=minilm_vocab, max_seq_length=SEQ,
+        dupe_factor=1, masking="dynamic", n_processes=1)
+    assert prep_actions.run(options) == 0
+    written = work / "tfrecord_lower_case_1_seq_len_128_random_seed_12345_dupe_factor_1_dynamic"
+    files = [str(written / "custom" / "custom_training_0.tfrecord")]
+    assert check_records_match(files, SEQ, PRED, len(corpus["vocab"])) == "dynamic"
