@@ -125,11 +125,13 @@ def _cpu():
 def data_table(corpus, vocab, work, passes):
     static = make_records(corpus, vocab, work, 128, 20, "static", 5)
     dynamic = make_records(corpus, vocab, work, 128, 20, "dynamic", 1)
-    print("\n| seq 128 | instances | instances/s | CPU s | MB on disk | bytes/instance |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("\n| seq 128 | instances | seconds | instances/s | CPU s | MB on disk | "
+          "bytes/instance |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for name, r in (("static, dupe_factor 5", static), ("dynamic, dupe_factor 1", dynamic)):
-        print(f"| {name} | {r['instances']:,} | {r['instances'] / r['seconds']:,.0f} | "
-              f"{r['cpu']:.1f} | {r['out_bytes'] / 1e6:.1f} | "
+        print(f"| {name} | {r['instances']:,} | {r['seconds']:.2f} | "
+              f"{r['instances'] / r['seconds']:,.0f} | {r['cpu']:.1f} | "
+              f"{r['out_bytes'] / 1e6:.1f} | "
               f"{r['out_bytes'] / r['instances']:.0f} |")
     sequences = passes * static["instances"]
     print(f"\nDistinct masks in a run of {sequences:,} sequences ({passes} passes over the "

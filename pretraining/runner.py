@@ -22,8 +22,8 @@ from pretraining.dynamic_masking import DynamicMasking
 from pretraining.input_pipeline import (InputError, check_records_match, list_input_files,
                                         make_input_fn, training_input)
 from pretraining.model_fn import make_model_fn
-from pretraining.record_kinds import DYNAMIC, given_dynamic_flags
 from pretraining.plan import plan_line, pretraining_plan
+from pretraining.record_kinds import DYNAMIC, given_dynamic_flags
 from training.distributed import Workers
 from training.flops import peak_tflops_for_device, training_flops_per_sequence
 from training.hooks import StepLoggingHook, WeightsFingerprintHook
@@ -106,6 +106,8 @@ def _run(flags, workers):
             train_files, flags.train_batch_size, flags.max_seq_length,
             flags.max_predictions_per_seq, flags.seed, workers.size, workers.rank,
             flags.shuffle_buffer, masking if train_kind == DYNAMIC else None)
+        if train_kind == DYNAMIC:
+            logging.info("dynamic masking of %s: %s", flags.input_files_dir, masking)
     if flags.do_eval:
         eval_files = list_input_files(flags.eval_files_dir)
         eval_kind = check_records_match(eval_files, flags.max_seq_length,

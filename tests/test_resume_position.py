@@ -17,8 +17,8 @@ import tensorflow as tf
 from pretraining.dynamic_masking import DynamicMasking
 from pretraining.input_pipeline import InputError, feature_spec, training_input
 from pretraining_records import write_random_records, write_random_unmasked_records
-from test_pretraining import (PREDICTIONS, SEQ, VOCAB, checkpoint_tensors, command_line,  # noqa: F401
-                              data, write_data)
+from test_pretraining import (PREDICTIONS, SEQ, VOCAB, checkpoint_tensors,  # noqa: F401
+                              command_line, data, write_data)
 from training import data_order, records
 from training.distributed import Workers
 from training.records import TrainingInput, record_dataset
