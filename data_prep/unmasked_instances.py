@@ -16,7 +16,7 @@ Features (all int64, fixed length):
 * ``masking_vocab`` [4]: ``[vocabulary size, [CLS] id, [SEP] id, [MASK] id]`` of the
   vocabulary the ids come from (``MASKING_VOCAB_FIELDS``). The masker needs these four
   numbers (which tokens are never masked, what replaces a masked token, the range of random
-  replacements); carried by every record (28 bytes of ~810 at seq 128) they cannot
+  replacements); carried by every record (29 bytes of ~810 at seq 128) they cannot
   disagree with the ids, whatever vocabulary or flags a training run is given. Padding is
   recognised by ``input_mask``, never by an id.
 
