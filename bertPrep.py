@@ -58,6 +58,9 @@ flags.DEFINE_float("masked_lm_prob", 0.15, "Masked LM probability.")
 flags.DEFINE_float("short_seq_prob", 0.1, "Probability of a shorter target sequence.")
 flags.DEFINE_integer("random_seed", 12345, "Seed of pre-training data generation.")
 flags.DEFINE_integer("dupe_factor", 5, "Passes over the data with different masks.")
+flags.DEFINE_enum("masking", "static", ["static", "dynamic"],
+                  "static: masked records (Google's); dynamic: unmasked records masked anew at "
+                  "every read by run_pretraining.py (use --dupe_factor 1).")
 
 
 def _truth(flag: str, value: str) -> bool:
@@ -92,6 +95,7 @@ def main(argv):
         masked_lm_prob=FLAGS.masked_lm_prob, short_seq_prob=FLAGS.short_seq_prob,
         random_seed=FLAGS.random_seed, dupe_factor=FLAGS.dupe_factor,
         do_whole_word_mask=_truth("do_whole_word_mask", FLAGS.do_whole_word_mask),
+        masking=FLAGS.masking,
         download_retries=FLAGS.download_retries)
     return prep_actions.run_cli(options)
 

@@ -1,6 +1,8 @@
 """Creates masked-LM / next-sentence-prediction pre-training data as TFRecord files.
 
-Same flags, input format and output records as Google's ``create_pretraining_data.py``;
+Same flags, input format and output records as Google's ``create_pretraining_data.py``
+(plus ``--masking=dynamic``: unmasked records for on-the-fly masking, see
+``data_prep.unmasked_instances``);
 the work is done by ``data_prep.pretraining_data.create_pretraining_tfrecords``.
 
 Input: plain text, one sentence per line, a blank line between documents.
@@ -37,6 +39,12 @@ flags.DEFINE_float("masked_lm_prob", 0.15, "Masked LM probability.")
 flags.DEFINE_float("short_seq_prob", 0.1,
                    "Probability of creating sequences which are shorter than the "
                    "maximum length.")
+flags.DEFINE_enum("masking", "static", ["static", "dynamic"],
+                  "static: Google's records, masked here (a new choice per --dupe_factor pass). "
+                  "dynamic: unmasked records, masked anew at every read by run_pretraining.py "
+                  "(RoBERTa's dynamic masking; --dupe_factor 1 is then enough, and "
+                  "--masked_lm_prob/--max_predictions_per_seq/--do_whole_word_mask are "
+                  "run_pretraining.py's).")
 
 
 def main(_):
@@ -49,7 +57,8 @@ def main(_):
         masked_lm_prob=FLAGS.masked_lm_prob,
         short_seq_prob=FLAGS.short_seq_prob,
         do_whole_word_mask=FLAGS.do_whole_word_mask,
-        do_lower_case=FLAGS.do_lower_case)
+        do_lower_case=FLAGS.do_lower_case,
+        masking=FLAGS.masking)
     try:
         pretraining_data.create_pretraining_tfrecords(
             FLAGS.input_file, FLAGS.output_file, FLAGS.vocab_file, options)

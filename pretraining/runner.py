@@ -18,10 +18,12 @@ from absl import logging
 
 from modeling import BertConfig, ConfigError
 from modeling.checkpoints import CheckpointError
+from pretraining.dynamic_masking import DynamicMasking
 from pretraining.input_pipeline import (InputError, check_records_match, list_input_files,
                                         make_input_fn, training_input)
 from pretraining.model_fn import make_model_fn
 from pretraining.plan import plan_line, pretraining_plan
+from pretraining.record_kinds import DYNAMIC, given_dynamic_flags
 from training.distributed import Workers
 from training.flops import peak_tflops_for_device, training_flops_per_sequence
 from training.hooks import StepLoggingHook, WeightsFingerprintHook
@@ -50,6 +52,8 @@ def _validate(flags, config):
                          f"max_position_embeddings {config.max_position_embeddings}")
     if flags.max_predictions_per_seq > flags.max_seq_length:
         raise UsageError("--max_predictions_per_seq cannot exceed --max_seq_length")
+    if flags.masked_lm_prob is not None and not 0.0 < flags.masked_lm_prob <= 1.0:
+        raise UsageError(f"--masked_lm_prob={flags.masked_lm_prob} must be in (0, 1]")
     if flags.num_accumulation_steps < 1:
         raise UsageError("--num_accumulation_steps must be >= 1")
     if flags.do_train and not flags.input_files_dir:
@@ -91,16 +95,24 @@ def _run(flags, workers):
         log_plan(results["plan"], flags.dllog_path if flags.do_train else None)
 
     train_files = eval_files = None
+    # Dynamic-masking records are masked by the input pipeline (pretraining.dynamic_masking).
+    masking, dynamic_flags = DynamicMasking.from_flags(flags), given_dynamic_flags(flags)
     if flags.do_train:
         train_files = list_input_files(flags.input_files_dir)
-        check_records_match(train_files, flags.max_seq_length, flags.max_predictions_per_seq)
+        train_kind = check_records_match(train_files, flags.max_seq_length,
+                                         flags.max_predictions_per_seq, config.vocab_size,
+                                         dynamic_flags)
         train_input = training_input(
             train_files, flags.train_batch_size, flags.max_seq_length,
             flags.max_predictions_per_seq, flags.seed, workers.size, workers.rank,
-            flags.shuffle_buffer)
+            flags.shuffle_buffer, masking if train_kind == DYNAMIC else None)
+        if train_kind == DYNAMIC:
+            logging.info("dynamic masking of %s: %s", flags.input_files_dir, masking)
     if flags.do_eval:
         eval_files = list_input_files(flags.eval_files_dir)
-        check_records_match(eval_files, flags.max_seq_length, flags.max_predictions_per_seq)
+        eval_kind = check_records_match(eval_files, flags.max_seq_length,
+                                        flags.max_predictions_per_seq, config.vocab_size,
+                                        () if flags.do_train else dynamic_flags)
 
     settings = TrainingSettings(
         bert_config=config, learning_rate=results["plan"]["peak_learning_rate"],
@@ -150,7 +162,8 @@ def _run(flags, workers):
 
     if flags.do_eval and workers.is_chief:
         input_fn = make_input_fn(eval_files, flags.eval_batch_size, flags.max_seq_length,
-                                 flags.max_predictions_per_seq, False)
+                                 flags.max_predictions_per_seq, False,
+                                 masking if eval_kind == DYNAMIC else None)
         metrics = estimator.evaluate(input_fn, steps=flags.max_eval_steps)
         results["eval"] = {k: float(v) for k, v in metrics.items()}
         path = os.path.join(flags.output_dir, "eval_results.txt")

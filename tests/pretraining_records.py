@@ -1,38 +1,75 @@
-"""Test helper: small pre-training TFRecords with Google's schema, made from random ids."""
+"""Test helper: small pre-training TFRecords made from random ids, with Google's schema
+(static masking) or unmasked for dynamic masking (`data_prep.unmasked_instances`)."""
 import numpy as np
 import tensorflow as tf
+
+CLS, SEP, MASK = 2, 3, 4
 
 
 def _int64(values):
     return tf.train.Feature(int64_list=tf.train.Int64List(value=list(map(int, values))))
 
 
+def _random_row(rng, seq_length, vocab_size):
+    """(ids, input_mask, segment_ids, split): [CLS] A [SEP] B [SEP] of random ids, the first
+    [SEP] at `split`."""
+    length = int(rng.integers(seq_length // 2, seq_length + 1))
+    ids = np.zeros(seq_length, np.int64)
+    ids[:length] = rng.integers(5, vocab_size, length)
+    ids[0], ids[length - 1] = CLS, SEP
+    mask = (np.arange(seq_length) < length).astype(np.int64)
+    split = length // 2
+    ids[split] = SEP
+    segments = ((np.arange(seq_length) > split) & (mask == 1)).astype(np.int64)
+    return ids, mask, segments, split
+
+
+def _write(path, examples):
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for feature in examples:
+            writer.write(tf.train.Example(
+                features=tf.train.Features(feature=feature)).SerializeToString())
+
+
 def write_random_records(path, count, seq_length=16, predictions=3, vocab_size=101, seed=0):
     """`count` records: real tokens, [CLS]=2/[SEP]=3 markers, a few masked positions."""
     rng = np.random.default_rng(seed)
-    with tf.io.TFRecordWriter(str(path)) as writer:
-        for _ in range(count):
-            length = int(rng.integers(seq_length // 2, seq_length + 1))
-            ids = np.zeros(seq_length, np.int64)
-            ids[:length] = rng.integers(5, vocab_size, length)
-            ids[0], ids[length - 1] = 2, 3
-            mask = (np.arange(seq_length) < length).astype(np.int64)
-            split = length // 2
-            ids[split] = 3
-            segments = ((np.arange(seq_length) > split) & (mask == 1)).astype(np.int64)
-            positions = np.sort(rng.choice(np.arange(1, split), size=min(predictions, split - 1),
-                                           replace=False))
-            labels = ids[positions].copy()
-            ids[positions] = 4
-            pad = predictions - len(positions)
-            feature = {
-                "input_ids": _int64(ids), "input_mask": _int64(mask),
-                "segment_ids": _int64(segments),
-                "masked_lm_positions": _int64(np.pad(positions, (0, pad))),
-                "masked_lm_ids": _int64(np.pad(labels, (0, pad))),
-                "masked_lm_weights": tf.train.Feature(float_list=tf.train.FloatList(
-                    value=[1.0] * len(positions) + [0.0] * pad)),
-                "next_sentence_labels": _int64([rng.integers(0, 2)]),
-            }
-            writer.write(tf.train.Example(
-                features=tf.train.Features(feature=feature)).SerializeToString())
+
+    def example():
+        ids, mask, segments, split = _random_row(rng, seq_length, vocab_size)
+        positions = np.sort(rng.choice(np.arange(1, split), size=min(predictions, split - 1),
+                                       replace=False))
+        labels = ids[positions].copy()
+        ids[positions] = MASK
+        pad = predictions - len(positions)
+        return {
+            "input_ids": _int64(ids), "input_mask": _int64(mask),
+            "segment_ids": _int64(segments),
+            "masked_lm_positions": _int64(np.pad(positions, (0, pad))),
+            "masked_lm_ids": _int64(np.pad(labels, (0, pad))),
+            "masked_lm_weights": tf.train.Feature(float_list=tf.train.FloatList(
+                value=[1.0] * len(positions) + [0.0] * pad)),
+            "next_sentence_labels": _int64([rng.integers(0, 2)]),
+        }
+
+    _write(path, (example() for _ in range(count)))
+
+
+def write_random_unmasked_records(path, count, seq_length=16, vocab_size=101, seed=0):
+    """`count` dynamic-masking records: like `write_random_records` unmasked, with random
+    word starts (about one token in four continues a word) and masking_vocab
+    [vocab_size, CLS, SEP, MASK]."""
+    rng = np.random.default_rng(seed)
+
+    def example():
+        ids, mask, segments, _ = _random_row(rng, seq_length, vocab_size)
+        maskable = (mask == 1) & (ids != CLS) & (ids != SEP)
+        starts = maskable & (rng.random(seq_length) < 0.75)
+        return {
+            "input_ids": _int64(ids), "input_mask": _int64(mask),
+            "segment_ids": _int64(segments),
+            "next_sentence_labels": _int64([rng.integers(0, 2)]),
+            "word_starts": _int64(starts), "masking_vocab": _int64([vocab_size, CLS, SEP, MASK]),
+        }
+
+    _write(path, (example() for _ in range(count)))

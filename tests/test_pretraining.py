@@ -19,18 +19,24 @@ from pretraining_records import write_random_records
 SEQ, PREDICTIONS, VOCAB = 16, 3, 101
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("pretraining")
+def write_data(root, write=None):
+    """train/ (3 files), eval/ and a tiny bert_config.json under `root`; `write(path, count,
+    seed)` writes records (default: static ones)."""
+    write = write or (lambda path, count, seed: write_random_records(
+        path, count, SEQ, PREDICTIONS, VOCAB, seed=seed))
     (root / "train").mkdir()
     for index in range(3):
-        write_random_records(root / "train" / f"part-{index}.tfrecord", 48, SEQ, PREDICTIONS,
-                             VOCAB, seed=index)
+        write(root / "train" / f"part-{index}.tfrecord", 48, index)
     (root / "eval").mkdir()
-    write_random_records(root / "eval" / "part-0.tfrecord", 32, SEQ, PREDICTIONS, VOCAB, seed=9)
+    write(root / "eval" / "part-0.tfrecord", 32, 9)
     from modeling import named_config
     named_config("tiny").replace(vocab_size=VOCAB).to_json_file(str(root / "bert_config.json"))
     return root
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return write_data(tmp_path_factory.mktemp("pretraining"))
 
 
 def make_flags(data, output_dir, **overrides):

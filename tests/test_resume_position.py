@@ -14,9 +14,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from pretraining.dynamic_masking import DynamicMasking
 from pretraining.input_pipeline import InputError, feature_spec, training_input
-from pretraining_records import write_random_records
-from test_pretraining import PREDICTIONS, SEQ, checkpoint_tensors, command_line, data  # noqa: F401
+from pretraining_records import write_random_records, write_random_unmasked_records
+from test_pretraining import (PREDICTIONS, SEQ, VOCAB, checkpoint_tensors,  # noqa: F401
+                              command_line, data, write_data)
 from training import data_order, records
 from training.distributed import Workers
 from training.records import TrainingInput, record_dataset
@@ -28,15 +30,45 @@ from training.train_step import micro_step_variable
 tf1 = tf.compat.v1
 
 
-@pytest.fixture(scope="module")
-def files(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("records")
+def record_files(folder, write):
+    """Three files of 30 records, `write(path, count, seed)`."""
     paths = []
     for index in range(3):
         path = folder / f"part-{index}.tfrecord"
-        write_random_records(path, 30, SEQ, PREDICTIONS, 10_000, seed=50 + index)
+        write(path, 30, index)
         paths.append(str(path))
     return tuple(paths)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    return record_files(tmp_path_factory.mktemp("records"), lambda path, count, index:
+                        write_random_records(path, count, SEQ, PREDICTIONS, 10_000,
+                                             seed=50 + index))
+
+
+@pytest.fixture(scope="module")
+def unmasked_files(tmp_path_factory):
+    """Dynamic-masking records: the input pipeline masks them (pretraining.dynamic_masking)."""
+    return record_files(tmp_path_factory.mktemp("unmasked"), lambda path, count, index:
+                        write_random_unmasked_records(path, count, SEQ, 10_000,
+                                                      seed=70 + index))
+
+
+@pytest.fixture(scope="module")
+def unmasked_data(tmp_path_factory):
+    """test_pretraining's `data` with dynamic-masking records."""
+    return write_data(tmp_path_factory.mktemp("unmasked_pretraining"),
+                      lambda path, count, seed: write_random_unmasked_records(
+                          path, count, SEQ, VOCAB, seed=seed))
+
+
+@pytest.fixture(params=["static", "dynamic"])
+def kind(request):
+    """(files, masking) of static records or of dynamic-masking ones."""
+    if request.param == "static":
+        return request.getfixturevalue("files"), None
+    return request.getfixturevalue("unmasked_files"), DynamicMasking(PREDICTIONS)
 
 
 @pytest.fixture
@@ -54,7 +86,7 @@ def skips(monkeypatch):
 
 
 class _Batches(tf1.train.SessionRunHook):
-    """Collects the input_ids of every micro-batch trained on."""
+    """Collects a tensor (the tokens and masked positions) of every micro-batch trained on."""
 
     def __init__(self, ids, into):
         self._ids, self._into = ids, into
@@ -67,8 +99,9 @@ class _Batches(tf1.train.SessionRunHook):
 
 
 def train(output_dir, files, max_steps, batch_size=4, save_checkpoints_steps=2, seed=7,
-          reset=None):
-    """Trains a counting model with train_resuming; returns the batches it trained on."""
+          reset=None, masking=None):
+    """Trains a counting model with train_resuming; returns the batches it trained on (their
+    input_ids, then masked_lm_positions). `masking`: see `training_input`."""
     batches = []
 
     def model_fn(features, labels, mode, params=None):
@@ -78,13 +111,13 @@ def train(output_dir, files, max_steps, batch_size=4, save_checkpoints_steps=2, 
         loss = weight * tf.reduce_sum(tf.cast(features["input_ids"], tf.float32))
         train_op = tf.group(micro_step.assign_add(1), global_step.assign_add(1))
         return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op, training_hooks=[
-            _Batches(features["input_ids"], batches)])
+            _Batches(tf.concat([features["input_ids"], features["masked_lm_positions"]], 1),
+                     batches)])
 
     workers = Workers(False)
     estimator = tf.estimator.Estimator(model_fn, config=make_run_config(
         str(output_dir), workers, save_checkpoints_steps, 5, seed=seed))
-    stream = TrainingInput(tuple(files), batch_size, feature_spec(SEQ, PREDICTIONS),
-                           seed=seed, shuffle_buffer=16)
+    stream = training_input(files, batch_size, SEQ, PREDICTIONS, seed, 1, 0, 16, masking)
     train_resuming(estimator, stream, str(output_dir), max_steps, workers,
                    save_checkpoints_steps, reset_data_position=reset)
     return batches
@@ -101,14 +134,15 @@ def model_checkpoints(output_dir):
                   for path in output_dir.glob("model.ckpt-*.index"))
 
 
-def test_resume_restores_the_input_state_and_skips_no_records(files, tmp_path, skips):
-    reference = train(tmp_path / "reference", files, 12)
+def test_resume_restores_the_input_state_and_skips_no_records(kind, tmp_path, skips):
+    files, masking = kind
+    reference = train(tmp_path / "reference", files, 12, masking=masking)
     assert skips == [0]
     out = tmp_path / "run"
-    first = train(out, files, 5)
+    first = train(out, files, 5, masking=masking)
     # a state at every model checkpoint (steps 2, 4) and at the end (5), the last 3 kept
     assert states(out) == [2, 4, 5] == model_checkpoints(out)[-3:]
-    second = train(out, files, 12)
+    second = train(out, files, 12, masking=masking)
     assert skips == [0, 0, 0], "the resumed pipeline re-read records"
     assert first + second == reference
     # the Estimator's rule restarts at the resumed step: model checkpoints 7, 9, 11 and 12
@@ -125,15 +159,16 @@ def test_state_of_an_older_checkpoint_is_found_by_its_micro_step(files, tmp_path
     assert skips[-1] == 0
 
 
-def test_without_a_matching_state_the_pipeline_skips_exactly_and_warns(files, tmp_path, skips,
+def test_without_a_matching_state_the_pipeline_skips_exactly_and_warns(kind, tmp_path, skips,
                                                                        caplog):
-    reference = train(tmp_path / "reference", files, 10)
+    files, masking = kind
+    reference = train(tmp_path / "reference", files, 10, masking=masking)
     out = tmp_path / "run"
-    train(out, files, 5)
+    train(out, files, 5, masking=masking)
     shutil.rmtree(out / "input_state")
     os.remove(out / data_order.DATA_ORDER_FILE)  # as written by an older version
     with caplog.at_level("WARNING"):
-        assert train(out, files, 10) == reference[5:]
+        assert train(out, files, 10, masking=masking) == reference[5:]
     assert skips[-1] == 5 * 4
     assert "no input state for micro_step 5" in caplog.text
     assert "skipping 20 records (exact, but slower)" in caplog.text
@@ -219,16 +254,19 @@ def assert_bit_identical(reference, got):
         np.testing.assert_array_equal(actual[name], value, err_msg=name)
 
 
-def test_two_kills_with_accumulation_resume_bit_identical(data, tmp_path, repo_root):
+def test_two_kills_with_accumulation_resume_bit_identical(unmasked_data, tmp_path, repo_root):
     """Killed after its 2nd checkpoint, resumed from the input state, killed again, resumed
-    without input states (skipping): the weights equal an uninterrupted run's, bit for bit."""
+    without input states (skipping): the weights equal an uninterrupted run's, bit for bit.
+    On dynamic-masking records with whole-word masking, so the masks must be reproduced too
+    (static records: test_pretraining's kill -9 test and the Horovod test below)."""
     overrides = dict(num_train_steps=16, save_checkpoints_steps=2, num_accumulation_steps=3)
     reference = tmp_path / "reference"
-    subprocess.run(command_line(data, reference, **overrides), cwd=repo_root, check=True,
-                   capture_output=True, timeout=300)
+    dynamic = ["--do_whole_word_mask", "--masked_lm_prob=0.2"]
+    subprocess.run(command_line(unmasked_data, reference, **overrides) + dynamic, cwd=repo_root,
+                   check=True, capture_output=True, timeout=300)
 
     run = tmp_path / "interrupted"
-    args = command_line(data, run, **overrides)
+    args = command_line(unmasked_data, run, **overrides) + dynamic
     kill_when_written(args, [run / "model.ckpt-4.index"], tmp_path / "first.log", repo_root)
     log = kill_when_written(args, [run / "model.ckpt-10.index"], tmp_path / "second.log",
                             repo_root)

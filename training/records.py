@@ -11,11 +11,15 @@ Under Horovod each rank reads a disjoint part, chosen explicitly by the caller:
 - "records": every rank reads every file and keeps every N-th record. Fine-tuning uses this
   for its single training file (small, so reading it N times costs nothing).
 No rank ever sees another rank's examples.
+
+`batch_fn(number, batch)` transforms each batch (pre-training's dynamic masking); `number`
+counts the batches of the stream from its start, skipped records included (so it is the same
+for a batch whether the pipeline was resumed or not; it is saved with the iterator state).
 """
 import dataclasses
 import hashlib
 import os
-from typing import Tuple
+from typing import Callable, Optional, Tuple
 
 import tensorflow as tf
 
@@ -33,7 +37,7 @@ def _decode(record, spec):
 
 def record_dataset(files, batch_size, spec, is_training, seed=12345, num_shards=1,
                    shard_index=0, shard_by="files", skip_records=0, cycle_length=CYCLE_LENGTH,
-                   shuffle_buffer=SHUFFLE_BUFFER, drop_remainder=True):
+                   shuffle_buffer=SHUFFLE_BUFFER, drop_remainder=True, batch_fn=None):
     """A dataset of feature dicts parsed with `spec`, each value [batch_size, ...].
 
     Training: files shuffled (seeded), repeated forever, read interleaved from `cycle_length`
@@ -44,6 +48,8 @@ def record_dataset(files, batch_size, spec, is_training, seed=12345, num_shards=
     `drop_remainder`).
     `shard_by` ("files" or "records", see the module docstring) applies when num_shards > 1;
     "files" with fewer files than shards raises ValueError.
+    `batch_fn(number, batch) -> batch`, if given, maps every batch (see the module docstring;
+    `skip_records` must then be whole batches).
     """
     if shard_by not in SHARD_BY:
         raise ValueError(f"shard_by must be one of {SHARD_BY}, got {shard_by!r}")
@@ -73,6 +79,12 @@ def record_dataset(files, batch_size, spec, is_training, seed=12345, num_shards=
     dataset = dataset.map(lambda record: _decode(record, spec),
                           num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     dataset = dataset.batch(batch_size, drop_remainder=drop_remainder or is_training)
+    if batch_fn is not None:
+        if skip_records % batch_size:
+            raise ValueError(f"skip_records={skip_records} is not a whole number of batches "
+                             f"of {batch_size}")
+        dataset = dataset.enumerate(start=skip_records // batch_size if is_training else 0)
+        dataset = dataset.map(batch_fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
@@ -108,6 +120,7 @@ class TrainingInput:
     shard_by: str = "files"
     shuffle_buffer: int = SHUFFLE_BUFFER
     cycle_length: int = CYCLE_LENGTH
+    batch_fn: Optional[Callable] = dataclasses.field(default=None, compare=False, repr=False)
 
     def dataset(self, skip_records=0):
         """The batches, after skipping `skip_records` records of this rank's stream."""
@@ -115,7 +128,7 @@ class TrainingInput:
                               seed=self.seed, num_shards=self.num_shards,
                               shard_index=self.shard_index, shard_by=self.shard_by,
                               skip_records=skip_records, cycle_length=self.cycle_length,
-                              shuffle_buffer=self.shuffle_buffer)
+                              shuffle_buffer=self.shuffle_buffer, batch_fn=self.batch_fn)
 
     def order(self):
         """The job-wide settings a resumed run must share for a data position (micro-batches

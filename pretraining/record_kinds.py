@@ -1,0 +1,112 @@
+"""The two kinds of pre-training records, told apart by their features, and the start-up
+check that the input files hold one kind, matching the flags.
+
+* static: Google's records (and ours by default), masked when written: `input_ids` with
+  [MASK]s, `masked_lm_positions`, `masked_lm_ids`, `masked_lm_weights`.
+* dynamic: `create_pretraining_data.py --masking=dynamic` (`data_prep.unmasked_instances`):
+  unmasked, with `word_starts` and `masking_vocab`; the input pipeline masks them at every
+  read (`pretraining.dynamic_masking`).
+
+The check reads the first record of every file (one small read each), so a folder that mixes
+the kinds, sequence lengths or vocabularies fails at start-up, naming the file, instead of
+in the middle of training. What must agree with the flags depends on the kind: static
+records fix --max_predictions_per_seq and the masking, so --masked_lm_prob and
+--do_whole_word_mask are refused with them; dynamic records take both from the flags, and
+their vocabulary must fit the model's embedding table (config vocab_size).
+"""
+import dataclasses
+from typing import Optional, Tuple
+
+from data_prep.unmasked_instances import MASKING_VOCAB, MASKING_VOCAB_FIELDS, WORD_STARTS
+from pretraining.input_errors import InputError
+
+STATIC, DYNAMIC = "static", "dynamic"
+STATIC_FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions",
+                   "masked_lm_ids", "masked_lm_weights", "next_sentence_labels")
+DYNAMIC_FEATURES = ("input_ids", "input_mask", "segment_ids", "next_sentence_labels",
+                    WORD_STARTS, MASKING_VOCAB)
+# run_pretraining.py flags that only dynamic-masking records can honour.
+DYNAMIC_ONLY_FLAGS = ("masked_lm_prob", "do_whole_word_mask")
+
+
+def given_dynamic_flags(flags):
+    """The DYNAMIC_ONLY_FLAGS set on the command line (not None), as `--name=value`."""
+    return [f"--{name}={getattr(flags, name)}" for name in DYNAMIC_ONLY_FLAGS
+            if getattr(flags, name) is not None]
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordFacts:
+    """What a file's first record says about the file."""
+    path: str
+    kind: str
+    seq_length: int
+    predictions: Optional[int] = None         # static
+    masking_vocab: Optional[Tuple[int, ...]] = None  # dynamic: MASKING_VOCAB_FIELDS
+
+    def describe(self):
+        if self.kind == STATIC:
+            return "static (masked) records"
+        return "dynamic-masking (unmasked) records"
+
+
+def record_facts(path, example):
+    """RecordFacts of `example` (a tf.train.Example) read from `path`; InputError when it
+    is not a pre-training record."""
+    features = example.features.feature
+    kind = STATIC if "masked_lm_positions" in features or WORD_STARTS not in features \
+        else DYNAMIC
+    names = STATIC_FEATURES if kind == STATIC else DYNAMIC_FEATURES
+    missing = [name for name in names if name not in features]
+    if missing:
+        raise InputError(f"{path}: not a pre-training record (no feature {missing[0]!r})")
+    seq = len(features["input_ids"].int64_list.value)
+    if kind == STATIC:
+        return RecordFacts(path, kind, seq,
+                           predictions=len(features["masked_lm_positions"].int64_list.value))
+    vocab = tuple(features[MASKING_VOCAB].int64_list.value)
+    if len(vocab) != len(MASKING_VOCAB_FIELDS):
+        raise InputError(f"{path}: {MASKING_VOCAB} has {len(vocab)} values, expected "
+                         f"{len(MASKING_VOCAB_FIELDS)} ({', '.join(MASKING_VOCAB_FIELDS)})")
+    return RecordFacts(path, kind, seq, masking_vocab=vocab)
+
+
+def check_kinds(facts, max_seq_length, max_predictions_per_seq, vocab_size=None,
+                dynamic_flags=()):
+    """Checks the RecordFacts of a set of files (non-empty list) against each other and the
+    flags; returns their kind. `vocab_size`: the model's (config), checked against dynamic
+    records' vocabulary. `dynamic_flags`: the DYNAMIC_ONLY_FLAGS given on the command line,
+    as `--name=value`, refused with static records."""
+    first = facts[0]
+    for fact in facts:
+        if fact.kind != first.kind:
+            raise InputError(f"{fact.path}: {fact.describe()}, but {first.path} holds "
+                             f"{first.describe()}; use one kind per run")
+        if fact.seq_length != max_seq_length:
+            raise InputError(f"{fact.path}: records have sequence length {fact.seq_length} "
+                             f"but --max_seq_length={max_seq_length}")
+        if fact.kind == STATIC and fact.predictions != max_predictions_per_seq:
+            raise InputError(f"{fact.path}: records have {fact.predictions} masked-LM "
+                             f"predictions but --max_predictions_per_seq="
+                             f"{max_predictions_per_seq}")
+        if fact.masking_vocab != first.masking_vocab:
+            raise InputError(f"{fact.path}: written with another vocabulary than {first.path} "
+                             f"({MASKING_VOCAB} {list(fact.masking_vocab)} vs "
+                             f"{list(first.masking_vocab)})")
+    if first.kind == STATIC and dynamic_flags:
+        raise InputError(f"{first.path}: {first.describe()} are masked already; "
+                         f"{dynamic_flags[0]} applies only to records written with "
+                         "create_pretraining_data.py --masking=dynamic")
+    if first.kind == DYNAMIC:
+        _check_masking_vocab(first, vocab_size)
+    return first.kind
+
+
+def _check_masking_vocab(fact, vocab_size):
+    size, *special = fact.masking_vocab
+    if not all(0 <= token < size for token in special):
+        raise InputError(f"{fact.path}: {MASKING_VOCAB} {list(fact.masking_vocab)} has a "
+                         f"special token id outside its vocabulary of {size}")
+    if vocab_size is not None and size > vocab_size:
+        raise InputError(f"{fact.path}: records were written with a vocabulary of {size} "
+                         f"tokens but the model's vocab_size is {vocab_size}")
