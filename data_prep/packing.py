@@ -19,11 +19,16 @@ Row layout (`pack_features`), k = `max_sequences_per_row`:
       (static masking only: each instance's predictions, shifted to its place in the row)
   next_sentence_positions, next_sentence_labels, next_sentence_weights   [rows, k]
 `instance_ids` is 1..k for the tokens of the row's instances and 0 for padding.
+Any other per-token feature (the `word_starts` of dynamic-masking records) is packed like
+`input_ids`; any other per-instance feature (`masking_vocab`, the same for every instance)
+is taken from the row's first instance.
 """
 import bisect
 from typing import Dict, List, Optional
 
 import numpy as np
+
+from data_prep import tfrecord_writer
 
 # Features that hold one value per token, per masked-LM prediction, per instance.
 TOKEN_FEATURES = ("input_ids", "input_mask", "segment_ids")
@@ -31,6 +36,17 @@ PREDICTION_FEATURES = ("masked_lm_positions", "masked_lm_ids", "masked_lm_weight
 PACKED_TOKEN_FEATURES = ("instance_ids", "position_ids")
 INSTANCE_FEATURES = ("next_sentence_positions", "next_sentence_labels",
                      "next_sentence_weights")
+
+
+def packed_kinds(kinds: Dict[str, str]) -> Dict[str, str]:
+    """The record feature kinds (`tfrecord_writer.INT64`/`FLOAT`) of packed rows of
+    instances whose features have `kinds`."""
+    out = dict(kinds)
+    out.update({name: tfrecord_writer.INT64 for name in PACKED_TOKEN_FEATURES})
+    out.update(next_sentence_positions=tfrecord_writer.INT64,
+               next_sentence_labels=tfrecord_writer.INT64,
+               next_sentence_weights=tfrecord_writer.FLOAT)
+    return out
 
 
 def best_fit_decreasing(lengths: np.ndarray, capacity: int, max_per_row: int,
@@ -95,8 +111,12 @@ def pack_features(features: Dict[str, np.ndarray], rows: List[List[int]],
     token_names = [name for name, value in features.items()
                    if name not in PREDICTION_FEATURES and value.ndim == 2
                    and value.shape[1] == seq_length]
+    row_constant = [name for name in features if name not in token_names
+                    and name not in PREDICTION_FEATURES and name != "next_sentence_labels"]
     n_rows, k = len(rows), max_sequences_per_row
     out = {name: np.zeros((n_rows, seq_length), features[name].dtype) for name in token_names}
+    for name in row_constant:
+        out[name] = np.asarray(features[name])[[members[0] for members in rows]]
     out["instance_ids"] = np.zeros((n_rows, seq_length), np.int8)
     out["position_ids"] = np.zeros((n_rows, seq_length), np.int32)
     out["next_sentence_positions"] = np.zeros((n_rows, k), np.int32)

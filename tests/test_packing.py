@@ -133,3 +133,93 @@ def test_packed_batch_trains_exactly_like_the_unpacked_one(instances):
             np.testing.assert_allclose(mlm_pack[r, first:first + count],
                                        mlm_plain[i, :count], rtol=1e-5, atol=1e-6)
             first += count
+
+
+# --------------------------------------------------------------- written records, training
+
+WRITTEN_SEQ = 64
+
+
+@pytest.fixture(scope="module")
+def written(shared_data, minilm_vocab, tmp_path_factory):
+    """Records of Alice in Wonderland, one seed, unpacked and packed, static and dynamic."""
+    import os
+    from data_prep import pretraining_data as pdata
+    from test_pretraining_data import _book_docs, write_docs
+    folder = tmp_path_factory.mktemp("packing")
+    text = write_docs(_book_docs(os.path.join(shared_data, "books",
+                                              "pg11_alice_in_wonderland.txt")),
+                      str(folder / "alice.txt"))
+    tokenizer = pdata.load_tokenizer(minilm_vocab)
+    paths, stats = {}, {}
+    for masking in ("static", "dynamic"):
+        for per_row in (0, PER_ROW):
+            name = f"{masking}_{per_row}"
+            (folder / name).mkdir()
+            paths[name] = [str(folder / name / f"part-{i}.tfrecord") for i in range(2)]
+            options = pdata.PretrainingOptions(
+                max_seq_length=WRITTEN_SEQ, max_predictions_per_seq=10, dupe_factor=1,
+                random_seed=5, masking=masking, max_sequences_per_row=per_row)
+            stats[name] = pdata.create_pretraining_tfrecords(text, paths[name], tokenizer,
+                                                             options, log_instances=0)
+    return {"paths": paths, "stats": stats, "vocab_size": len(tokenizer.vocab),
+            "folder": folder}
+
+
+def _rows(paths):
+    from data_prep.tfrecord_writer import read_tfrecord_file
+    rows = []
+    for path in paths:
+        for record in read_tfrecord_file(path):
+            features = tf.train.Example.FromString(record).features.feature
+            rows.append({name: np.array(value.int64_list.value or value.float_list.value)
+                         for name, value in features.items()})
+    return rows
+
+
+def _instances(rows):
+    """Each instance as (tokens, segments, next-sentence label, masked positions relative to
+    its [CLS], masked ids), from unpacked or packed rows; sorted."""
+    found = []
+    for row in rows:
+        ids = row.get("instance_ids", row["input_mask"])
+        slots = int(ids.max())
+        predictions = row.get("masked_lm_positions", np.zeros(0, int))
+        real = row.get("masked_lm_weights", np.zeros(0)) > 0
+        for slot in range(1, slots + 1):
+            where = np.nonzero(ids == slot)[0]
+            start, end = where[0], where[-1] + 1
+            mine = real & (predictions >= start) & (predictions < end)
+            label = row["next_sentence_labels"][slot - 1]
+            found.append((tuple(row["input_ids"][start:end]), tuple(row["segment_ids"][start:end]),
+                          int(label), tuple(predictions[mine] - start),
+                          tuple(row["masked_lm_ids"][mine]) if "masked_lm_ids" in row else ()))
+    return sorted(found)
+
+
+@pytest.mark.parametrize("masking", ["static", "dynamic"])
+def test_writer_packs_the_same_instances_with_less_padding(written, masking):
+    plain, packed = (_rows(written["paths"][f"{masking}_{k}"]) for k in (0, PER_ROW))
+    assert len(packed) < len(plain)
+    assert _instances(packed) == _instances(plain)
+    assert all(len(row["next_sentence_weights"]) == PER_ROW for row in packed)
+    stats = written["stats"]
+    assert stats[f"{masking}_{PER_ROW}"].padding_share < stats[f"{masking}_0"].padding_share / 2
+    assert stats[f"{masking}_{PER_ROW}"].instances == stats[f"{masking}_0"].instances
+
+
+def test_run_pretraining_trains_and_evaluates_packed_dynamic_records(written, tmp_path):
+    from test_pretraining import make_flags
+    from pretraining.runner import run
+    data = tmp_path / "data"
+    data.mkdir()
+    named_config("tiny").replace(vocab_size=written["vocab_size"]).to_json_file(
+        str(data / "bert_config.json"))
+    folder = str(written["folder"] / f"dynamic_{PER_ROW}")
+    flags = make_flags(data, tmp_path / "run", input_files_dir=folder, eval_files_dir=folder,
+                       max_seq_length=WRITTEN_SEQ, max_predictions_per_seq=10,
+                       num_train_steps=2, do_eval=True, eval_batch_size=8, max_eval_steps=2)
+    result = run(flags)
+    assert result["train"]["final_step"] == 2 and np.isfinite(result["train"]["total_loss"])
+    assert 0 < result["eval"]["next_sentence_accuracy"] <= 1
+    assert 0 < result["eval"]["masked_lm_loss"] < 20
