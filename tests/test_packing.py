@@ -223,3 +223,23 @@ def test_run_pretraining_trains_and_evaluates_packed_dynamic_records(written, tm
     assert result["train"]["final_step"] == 2 and np.isfinite(result["train"]["total_loss"])
     assert 0 < result["eval"]["next_sentence_accuracy"] <= 1
     assert 0 < result["eval"]["masked_lm_loss"] < 20
+
+
+def test_scripts_pick_the_record_folder_of_the_chosen_masking_and_packing(tmp_path, repo_root):
+    import subprocess
+    names = {("static", "false"): "max_pred_20_masked_lm_prob_0.15_random_seed_1_dupe_factor_5",
+             ("static", "true"): "max_pred_20_masked_lm_prob_0.15_random_seed_1_dupe_factor_5"
+                                 "_packed_3",
+             ("dynamic", "false"): "random_seed_1_dupe_factor_1_dynamic",
+             ("dynamic", "true"): "random_seed_1_dupe_factor_1_dynamic_packed_3"}
+    for name in names.values():
+        (tmp_path / f"tfrecord_lower_case_1_seq_len_128_{name}" / "books_wiki_en_corpus").mkdir(
+            parents=True)
+    for (masking, packed), name in names.items():
+        chosen = subprocess.run(
+            ["bash", "-c", "source scripts/pretraining_common.sh; echo $TRAIN_DATA_PHASE1"],
+            cwd=repo_root, capture_output=True, text=True, check=True,
+            env={"PATH": "/usr/bin:/bin", "DATA_DIR": str(tmp_path), "MASKING": masking,
+                 "PACKED": packed}).stdout.strip()
+        assert chosen == str(tmp_path / f"tfrecord_lower_case_1_seq_len_128_{name}" /
+                             "books_wiki_en_corpus" / "books_wiki_en_corpus_training_*.tfrecord")
