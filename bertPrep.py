@@ -61,6 +61,9 @@ flags.DEFINE_integer("dupe_factor", 5, "Passes over the data with different mask
 flags.DEFINE_enum("masking", "static", ["static", "dynamic"],
                   "static: masked records (Google's); dynamic: unmasked records masked anew at "
                   "every read by run_pretraining.py (use --dupe_factor 1).")
+flags.DEFINE_bool("pack", False, "Sequence packing: rows of up to --max_sequences_per_row "
+                  "whole instances (less padding), in a `..._packed_<k>` folder.")
+flags.DEFINE_integer("max_sequences_per_row", 3, "With --pack: instances per row at most.")
 
 
 def _truth(flag: str, value: str) -> bool:
@@ -96,6 +99,7 @@ def main(argv):
         random_seed=FLAGS.random_seed, dupe_factor=FLAGS.dupe_factor,
         do_whole_word_mask=_truth("do_whole_word_mask", FLAGS.do_whole_word_mask),
         masking=FLAGS.masking,
+        max_sequences_per_row=FLAGS.max_sequences_per_row if FLAGS.pack else 0,
         download_retries=FLAGS.download_retries)
     return prep_actions.run_cli(options)
 

@@ -45,6 +45,10 @@ flags.DEFINE_enum("masking", "static", ["static", "dynamic"],
                   "(RoBERTa's dynamic masking; --dupe_factor 1 is then enough, and "
                   "--masked_lm_prob/--max_predictions_per_seq/--do_whole_word_mask are "
                   "run_pretraining.py's).")
+flags.DEFINE_bool("pack", False,
+                  "Sequence packing: write rows of up to --max_sequences_per_row whole "
+                  "instances each (less padding; run_pretraining.py keeps them apart).")
+flags.DEFINE_integer("max_sequences_per_row", 3, "With --pack: instances per row at most.")
 
 
 def main(_):
@@ -58,7 +62,8 @@ def main(_):
         short_seq_prob=FLAGS.short_seq_prob,
         do_whole_word_mask=FLAGS.do_whole_word_mask,
         do_lower_case=FLAGS.do_lower_case,
-        masking=FLAGS.masking)
+        masking=FLAGS.masking,
+        max_sequences_per_row=FLAGS.max_sequences_per_row if FLAGS.pack else 0)
     try:
         pretraining_data.create_pretraining_tfrecords(
             FLAGS.input_file, FLAGS.output_file, FLAGS.vocab_file, options)

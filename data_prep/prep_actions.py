@@ -9,10 +9,11 @@ Each action reads what the previous one wrote, found by name under the working d
     sharded_training_shards_<N>_test_shards_<M>_fraction_<F>/<dataset>/
         <dataset>_training_<i>.txt, <dataset>_test_<i>.txt    one sentence a line, blank line
                                                               between documents
-    tfrecord_lower_case_<0|1>_seq_len_<S>_max_pred_<P>_masked_lm_prob_<p>_random_seed_<R>_dupe_factor_<D>[_wwm]/<dataset>/
-    tfrecord_lower_case_<0|1>_seq_len_<S>_random_seed_<R>_dupe_factor_<D>_dynamic/<dataset>/
+    tfrecord_lower_case_<0|1>_seq_len_<S>_max_pred_<P>_masked_lm_prob_<p>_random_seed_<R>_dupe_factor_<D>[_wwm][_packed_<k>]/<dataset>/
+    tfrecord_lower_case_<0|1>_seq_len_<S>_random_seed_<R>_dupe_factor_<D>_dynamic[_packed_<k>]/<dataset>/
         <dataset>_training_<i>.tfrecord, <dataset>_test_<i>.tfrecord  (in the second folder
-                                          with --masking dynamic: unmasked records)
+                                          with --masking dynamic: unmasked records; with
+                                          --pack: rows of up to k instances)
 
 Folder names carry the options that change their content, so runs with different options
 never mix and each later action finds its input from the same flags.  Not in the names: the
@@ -93,6 +94,7 @@ class PrepOptions:
     dupe_factor: int = 5
     do_whole_word_mask: bool = False
     masking: str = "static"
+    max_sequences_per_row: int = 0   # sequence packing (data_prep.packing); 0: none
     download_retries: int = 5
     progress: Optional[bool] = None
 
@@ -126,7 +128,8 @@ class Layout:
         name = (f"tfrecord_lower_case_{int(bool(o.do_lower_case))}_seq_len_{o.max_seq_length}"
                 f"{masking}_random_seed_{o.random_seed}_dupe_factor_{o.dupe_factor}"
                 f"{'_wwm' if o.do_whole_word_mask else ''}"
-                f"{'_dynamic' if o.masking == 'dynamic' else ''}")
+                f"{'_dynamic' if o.masking == 'dynamic' else ''}"
+                f"{f'_packed_{o.max_sequences_per_row}' if o.max_sequences_per_row else ''}")
         return os.path.join(self.root, name, dataset)
 
 
@@ -362,7 +365,8 @@ def action_create_tfrecord_files(o: PrepOptions, layout: Layout) -> int:
         max_seq_length=o.max_seq_length, max_predictions_per_seq=o.max_predictions_per_seq,
         random_seed=o.random_seed, dupe_factor=o.dupe_factor, masked_lm_prob=o.masked_lm_prob,
         short_seq_prob=o.short_seq_prob, do_whole_word_mask=o.do_whole_word_mask,
-        do_lower_case=o.do_lower_case, masking=o.masking)
+        do_lower_case=o.do_lower_case, masking=o.masking,
+        max_sequences_per_row=o.max_sequences_per_row)
     base.validate()
     out_dir = layout.tfrecord_dir(o.dataset, o)
     try:

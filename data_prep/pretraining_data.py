@@ -78,7 +78,7 @@ from typing import Iterable, List, Optional, Sequence, Union
 import numpy as np
 from absl import logging
 
-from data_prep import tfrecord_writer
+from data_prep import packing, tfrecord_writer
 from data_prep.temporaries import is_temporary, remove_stale_temporaries
 
 # Instances built, masked, serialised and written per step (fixed: the random streams are
@@ -128,6 +128,9 @@ class PretrainingOptions:
     # "static": Google's masked records; "dynamic": unmasked records, masked anew by the
     # input pipeline at every read (``data_prep.unmasked_instances``).
     masking: str = "static"
+    # Sequence packing (``data_prep.packing``): 0 writes one instance a record (Google's
+    # layout); k >= 2 packs up to k whole instances into each max_seq_length row.
+    max_sequences_per_row: int = 0
 
     def replace(self, **changes) -> "PretrainingOptions":
         return dataclasses.replace(self, **changes)
@@ -149,6 +152,9 @@ class PretrainingOptions:
             bad("random_seed", f"must be non-negative, got {self.random_seed}")
         if self.masking not in MASKINGS:
             bad("masking", f"must be one of {', '.join(MASKINGS)}, got {self.masking!r}")
+        if self.max_sequences_per_row == 1 or self.max_sequences_per_row < 0:
+            bad("max_sequences_per_row", "must be 0 (no packing) or at least 2, got "
+                f"{self.max_sequences_per_row}")
         if self.masking == "dynamic" and self.do_whole_word_mask:
             bad("do_whole_word_mask", "dynamic-masking records keep every word start; choose "
                 "whole-word masking when training (run_pretraining.py --do_whole_word_mask)")
@@ -163,7 +169,8 @@ class PretrainingStats:
     sentences: int = 0
     tokens: int = 0
     instances: int = 0
-    instances_per_output: List[int] = dataclasses.field(default_factory=list)
+    instances_per_output: List[int] = dataclasses.field(default_factory=list)  # records
+    padding_share: float = 0.0        # of the token slots written
     random_next: int = 0
     seconds: dict = dataclasses.field(default_factory=dict)
 
@@ -692,9 +699,12 @@ def _as_tokenizer(tokenizer_or_vocab, options: PretrainingOptions):
 
 
 def _random_streams(seed: int):
-    order, stream, trunc, shuffle, mask = np.random.SeedSequence(seed).spawn(5)
+    """Generators for planning, truncation, shuffling, masking and packing. Children of one
+    SeedSequence are keyed by their index, so adding the packing stream changed none of the
+    others (the unpacked outputs of a seed stay the same)."""
+    order, stream, trunc, shuffle, mask, pack = np.random.SeedSequence(seed).spawn(6)
     return tuple(np.random.Generator(np.random.PCG64(s))
-                 for s in (order, stream, trunc, shuffle, mask))
+                 for s in (order, stream, trunc, shuffle, mask, pack))
 
 
 def write_instances(corpus: Corpus, output_files: Sequence[str], vocab: VocabInfo,
@@ -709,8 +719,10 @@ def write_instances(corpus: Corpus, output_files: Sequence[str], vocab: VocabInf
     if corpus.tokens.size and int(corpus.tokens.max()) >= vocab.size:
         raise DataPrepError("tokens", f"token id {int(corpus.tokens.max())} is outside the "
                                       f"vocabulary of {vocab.size}")
-    rng_order, rng_stream, rng_trunc, rng_shuffle, rng_mask = _random_streams(options.random_seed)
+    rng_order, rng_stream, rng_trunc, rng_shuffle, rng_mask, rng_pack = \
+        _random_streams(options.random_seed)
     writers = []
+    written_tokens = written_slots = records_before = 0
     try:
         for path in output_files:
             try:
@@ -731,19 +743,27 @@ def write_instances(corpus: Corpus, output_files: Sequence[str], vocab: VocabInf
             batch = build(corpus, part, vocab, options, rng_mask)
             if start == 0 and log_instances:
                 _log_instances(batch, vocab, log_instances)
-            # Instance number start+j goes to output (start+j) % n_out.
+            features, kinds = batch.features(), batch.KINDS
+            if options.max_sequences_per_row:
+                features = packing.pack_instances(features, options.max_sequences_per_row,
+                                                  rng_pack)
+                kinds = packing.packed_kinds(kinds)
+            written_tokens += int(features["input_mask"].sum())
+            written_slots += features["input_mask"].size
+            # Record number records_before+j goes to output (records_before+j) % n_out.
             for w_index, writer in enumerate(writers):
-                first = (w_index - start) % n_out
+                first = (w_index - records_before) % n_out
                 rows = slice(first, None, n_out)
-                sub = {name: arr[rows] for name, arr in batch.features().items()}
+                sub = {name: arr[rows] for name, arr in features.items()}
                 count = len(sub["input_ids"])
                 if count:
                     try:
-                        writer.write_tfrecords(
-                            tfrecord_writer.encode_tfrecords(sub, batch.KINDS), count)
+                        writer.write_tfrecords(tfrecord_writer.encode_tfrecords(sub, kinds),
+                                               count)
                     except OSError as e:
                         raise DataPrepError(writer.path, f"cannot write output: "
                                                          f"{e.strerror or e}") from None
+            records_before += len(features["input_ids"])
         for writer in writers:
             try:
                 writer.commit()
@@ -758,6 +778,7 @@ def write_instances(corpus: Corpus, output_files: Sequence[str], vocab: VocabInf
     stats.instances = len(plan)
     stats.random_next = int(plan.is_random_next.sum())
     stats.instances_per_output = [w.records for w in writers]
+    stats.padding_share = 1.0 - written_tokens / max(written_slots, 1)
     stats.seconds["plan"] = t1 - t0
     stats.seconds["build_and_write"] = t2 - t1
     return stats

@@ -20,6 +20,21 @@ def attention_bias_from_mask(input_mask, dtype):
     return tf.cast((1.0 - mask) * MASK_BIAS, dtype)
 
 
+def attention_bias_from_instance_ids(instance_ids, dtype):
+    """[batch, seq] instance ids of a packed row (1, 2, ... per instance, 0 padding) ->
+    [batch, 1, seq, seq] additive bias: a token attends only to real tokens of its own
+    instance (block-diagonal), so packed instances cannot see each other.
+
+    Keys outside the block get -10000, whose exp is exactly 0 in float32: each instance's
+    softmax equals the one it has alone in an unpacked row.
+    """
+    ids = tf.cast(instance_ids, tf.int32)
+    same = tf.equal(ids[:, :, tf.newaxis], ids[:, tf.newaxis, :])         # [batch, q, k]
+    keep = tf.logical_and(same, tf.greater(ids, 0)[:, tf.newaxis, :])
+    bias = (1.0 - tf.cast(keep, tf.float32)) * MASK_BIAS
+    return tf.cast(bias[:, tf.newaxis, :, :], dtype)
+
+
 def _split_heads(x, batch, seq, heads, head_size):
     """[batch*seq, heads*head_size] -> [batch, heads, seq, head_size]."""
     x = tf.reshape(x, [batch, seq, heads, head_size])
@@ -30,7 +45,8 @@ def self_attention(hidden, attention_bias, batch, seq, config, is_training, comp
     """Scaled dot-product attention over all heads.
 
     hidden: [batch*seq, hidden] (any float dtype; projected in `compute_dtype`);
-    attention_bias: [batch, 1, 1, seq] in `compute_dtype`, or None.
+    attention_bias: [batch, 1, 1, seq] (padding) or [batch, 1, seq, seq] (packed rows) in
+      `compute_dtype`, or None.
     Returns the context [batch*seq, hidden] in `compute_dtype` (before the output projection).
     """
     heads, head_size = config.num_attention_heads, config.head_size

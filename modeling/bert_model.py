@@ -15,11 +15,26 @@ compute dtype, so heads and losses downstream need no precision handling of thei
 import tensorflow as tf
 
 from modeling import core
-from modeling.attention import attention_bias_from_mask
+from modeling.attention import attention_bias_from_instance_ids, attention_bias_from_mask
 from modeling.embeddings import embedding_lookup, embedding_postprocessor
 from modeling.transformer import transformer_encoder
 
 tf1 = tf.compat.v1
+
+
+class PackedRows:
+    """Where the instances of packed rows are (sequence packing, Krell et al. 2021).
+
+    instance_ids: [batch, seq] int, 1..k for the tokens of a row's k instances, 0 padding;
+    position_ids: [batch, seq] int, restarting at 0 at each instance's [CLS];
+    cls_positions: [batch, max_instances] int, the [CLS] position of each instance slot
+      (empty slots point at 0; their next-sentence weight is 0).
+    """
+
+    def __init__(self, instance_ids, position_ids, cls_positions):
+        self.instance_ids = instance_ids
+        self.position_ids = position_ids
+        self.cls_positions = cls_positions
 
 
 class BertModel:
@@ -34,10 +49,14 @@ class BertModel:
       use_one_hot_embeddings: one-hot matmul lookup (TPU style) instead of gather.
       scope: variable scope, default "bert".
       compute_type: float32, float16 or bfloat16 (variables stay float32).
+      packing: `PackedRows` when each row holds several instances (sequence packing), else
+        None. Attention then stays inside each instance, positions restart with each
+        instance, and the pooled output is one row per instance ([CLS] of each).
     """
 
     def __init__(self, config, is_training, input_ids, input_mask=None, token_type_ids=None,
-                 use_one_hot_embeddings=False, scope=None, compute_type=tf.float32):
+                 use_one_hot_embeddings=False, scope=None, compute_type=tf.float32,
+                 packing=None):
         self.config = config
         self.compute_type = core.as_compute_dtype(compute_type)
         input_ids = tf.convert_to_tensor(input_ids)
@@ -53,17 +72,21 @@ class BertModel:
                     input_ids, config.vocab_size, config.hidden_size, config.initializer_range,
                     use_one_hot_embeddings=use_one_hot_embeddings)
                 self.embedding_output = embedding_postprocessor(
-                    word_embeddings, token_type_ids, config, is_training)
+                    word_embeddings, token_type_ids, config, is_training,
+                    position_ids=packing.position_ids if packing else None)
 
             with tf1.variable_scope("encoder"):
-                bias = attention_bias_from_mask(input_mask, self.compute_type)
+                bias = (attention_bias_from_instance_ids(packing.instance_ids, self.compute_type)
+                        if packing else attention_bias_from_mask(input_mask, self.compute_type))
                 self.all_encoder_layers = transformer_encoder(
                     self.embedding_output, bias, config, is_training, self.compute_type)
             self.sequence_output = self.all_encoder_layers[-1]
 
             with tf1.variable_scope("pooler"):
-                # The pooler reads the [CLS] position: [batch, hidden] -> [batch, hidden].
-                first_token = self.sequence_output[:, 0, :]
+                # The pooler reads the [CLS] position: [batch, hidden] -> [batch, hidden]
+                # ([batch*k, hidden] from each instance's [CLS] in packed rows).
+                first_token = (core.gather_indexes(self.sequence_output, packing.cls_positions)
+                               if packing else self.sequence_output[:, 0, :])
                 pooled = core.dense(first_token, config.hidden_size, "dense",
                                     activation=tf.tanh,
                                     initializer_range=config.initializer_range,
@@ -71,7 +94,8 @@ class BertModel:
                 self.pooled_output = tf.cast(pooled, tf.float32)
 
     def get_pooled_output(self):
-        """[batch, hidden] float32: tanh(dense(first token)), for classification."""
+        """[batch, hidden] float32: tanh(dense(first token)), for classification
+        ([batch*k, hidden], one per instance slot, for packed rows)."""
         return self.pooled_output
 
     def get_sequence_output(self):

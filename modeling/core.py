@@ -177,3 +177,13 @@ def dropout(inputs, rate, is_training):
     if context is not None:
         return tf.nn.experimental.stateless_dropout(inputs, rate=rate, seed=context.next_seed())
     return tf.nn.dropout(inputs, rate=rate)
+
+
+def gather_indexes(sequence_tensor, positions):
+    """Rows of `sequence_tensor` [batch, seq, width] at `positions` [batch, n] ->
+    [batch*n, width]."""
+    batch, seq, width = get_shape_list(sequence_tensor, expected_rank=3)
+    offsets = tf.reshape(tf.range(0, batch, dtype=tf.int32) * seq, [-1, 1])
+    flat_positions = tf.reshape(tf.cast(positions, tf.int32) + offsets, [-1])
+    flat_sequence = tf.reshape(sequence_tensor, [batch * seq, width])
+    return tf.gather(flat_sequence, flat_positions)

@@ -32,10 +32,13 @@ def embedding_lookup(input_ids, vocab_size, embedding_size, initializer_range,
     return output, table
 
 
-def embedding_postprocessor(word_embeddings, token_type_ids, config, is_training):
+def embedding_postprocessor(word_embeddings, token_type_ids, config, is_training,
+                            position_ids=None):
     """Adds token-type and position embeddings, normalises, drops out.
 
-    word_embeddings: [batch, seq, hidden] float32; token_type_ids: [batch, seq] int.
+    word_embeddings: [batch, seq, hidden] float32; token_type_ids: [batch, seq] int;
+    position_ids: [batch, seq] int or None (positions 0..seq-1). Packed rows pass positions
+    that restart at 0 with each instance, so every instance is embedded as if it were alone.
     Returns [batch, seq, hidden] float32 (the encoder casts to the compute dtype per matmul).
     """
     _, seq_length, width = core.get_shape_list(word_embeddings, expected_rank=3)
@@ -50,8 +53,11 @@ def embedding_postprocessor(word_embeddings, token_type_ids, config, is_training
     position_table = tf1.get_variable(
         "position_embeddings", [config.max_position_embeddings, width], tf.float32,
         core.create_initializer(config.initializer_range))
-    positions = tf.slice(position_table, [0, 0], [seq_length, -1])  # [seq, hidden]
-    output = output + tf.expand_dims(positions, 0)
+    if position_ids is None:
+        positions = tf.slice(position_table, [0, 0], [seq_length, -1])  # [seq, hidden]
+        output = output + tf.expand_dims(positions, 0)
+    else:
+        output = output + tf.gather(position_table, position_ids)   # [batch, seq, hidden]
 
     output = core.layer_norm(output, epsilon=config.layer_norm_eps)
     return core.dropout(output, config.hidden_dropout_prob, is_training)

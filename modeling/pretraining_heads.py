@@ -12,16 +12,6 @@ from modeling.activations import get_activation
 tf1 = tf.compat.v1
 
 
-def gather_indexes(sequence_tensor, positions):
-    """Rows of `sequence_tensor` [batch, seq, width] at `positions` [batch, n] ->
-    [batch*n, width]."""
-    batch, seq, width = core.get_shape_list(sequence_tensor, expected_rank=3)
-    offsets = tf.reshape(tf.range(0, batch, dtype=tf.int32) * seq, [-1, 1])
-    flat_positions = tf.reshape(tf.cast(positions, tf.int32) + offsets, [-1])
-    flat_sequence = tf.reshape(sequence_tensor, [batch * seq, width])
-    return tf.gather(flat_sequence, flat_positions)
-
-
 def masked_lm_output(config, input_tensor, embedding_table, positions, label_ids,
                      label_weights, compute_type=tf.float32):
     """Masked-LM head and loss.
@@ -31,7 +21,7 @@ def masked_lm_output(config, input_tensor, embedding_table, positions, label_ids
     Returns (loss scalar, per_example_loss [batch*n], log_probs [batch*n, vocab]).
     """
     compute_type = core.as_compute_dtype(compute_type)
-    selected = tf.cast(gather_indexes(input_tensor, positions), compute_type)
+    selected = tf.cast(core.gather_indexes(input_tensor, positions), compute_type)
     with tf1.variable_scope("cls/predictions"):
         with tf1.variable_scope("transform"):
             selected = core.dense(selected, config.hidden_size, "dense",
@@ -55,10 +45,13 @@ def masked_lm_output(config, input_tensor, embedding_table, positions, label_ids
     return loss, per_example_loss, log_probs
 
 
-def next_sentence_output(config, pooled_output, labels):
-    """Next-sentence head: pooled [batch, hidden], labels [batch] or [batch, 1] (1 = random).
+def next_sentence_output(config, pooled_output, labels, label_weights=None):
+    """Next-sentence head: pooled [n, hidden], labels [n] or [batch, k] (1 = random).
 
-    Returns (loss scalar, per_example_loss [batch], log_probs [batch, 2]).
+    label_weights: None (every row counts) or [n] / [batch, k] 1.0 for real instances and 0
+    for empty slots of packed rows; the loss is then the mean over real instances only, so a
+    packed batch has the same loss as the same instances unpacked.
+    Returns (loss scalar, per_example_loss [n], log_probs [n, 2]).
     """
     with tf1.variable_scope("cls/seq_relationship"):
         weights = tf1.get_variable("output_weights", [2, config.hidden_size], tf.float32,
@@ -70,5 +63,10 @@ def next_sentence_output(config, pooled_output, labels):
         labels = tf.reshape(labels, [-1])
         one_hot = tf.one_hot(labels, depth=2, dtype=tf.float32)
         per_example_loss = -tf.reduce_sum(one_hot * log_probs, axis=-1)
-        loss = tf.reduce_mean(per_example_loss)
+        if label_weights is None:
+            loss = tf.reduce_mean(per_example_loss)
+        else:
+            label_weights = tf.cast(tf.reshape(label_weights, [-1]), tf.float32)
+            loss = tf.reduce_sum(label_weights * per_example_loss) / tf.maximum(
+                tf.reduce_sum(label_weights), 1.0)
     return loss, per_example_loss, log_probs

@@ -22,6 +22,16 @@ from training.records import TrainingInput, record_dataset, record_input_fn
 tf1 = tf.compat.v1
 
 
+def packed_feature_spec(max_seq_length, sequences_per_row):
+    """The features packed rows add (`data_prep.packing`); `next_sentence_labels` becomes
+    one per instance slot."""
+    sequence = tf.io.FixedLenFeature([max_seq_length], tf.int64)
+    slots = tf.io.FixedLenFeature([sequences_per_row], tf.int64)
+    return {"instance_ids": sequence, "position_ids": sequence,
+            "next_sentence_positions": slots, "next_sentence_labels": slots,
+            "next_sentence_weights": tf.io.FixedLenFeature([sequences_per_row], tf.float32)}
+
+
 def feature_spec(max_seq_length, max_predictions_per_seq):
     """Google's `name_to_features` for pre-training records."""
     return {
@@ -76,7 +86,8 @@ def check_records_match(files, max_seq_length, max_predictions_per_seq, vocab_si
     """Reads the first record of every non-empty file and checks them against each other and
     the flags (`record_kinds.check_kinds`), so a phase-2 run pointed at phase-1 data, or a
     folder mixing static and dynamic-masking records, fails at start-up in one line.
-    Returns the records' kind: record_kinds.STATIC or DYNAMIC."""
+    Returns the first file's `record_kinds.RecordFacts` (kind STATIC or DYNAMIC, and
+    `sequences_per_row` of packed records), which every file shares."""
     facts = []
     for path in files:
         record = _first_record(path)
@@ -99,47 +110,51 @@ def check_file_sharding(files, ranks):
 
 
 def _reading(max_seq_length, max_predictions_per_seq, masking, is_training, seed=12345,
-             shard_index=0, **_):
+             shard_index=0, sequences_per_row=0, **_):
     """(spec, batch_fn): how to parse and finish batches of static records (masking None)
     or dynamic-masking ones (masking: a `DynamicMasking`; training draws from the stream of
-    (seed, rank = shard_index), evaluation from the fixed EVAL_SEED). Takes the options of
-    `record_dataset` (the seed default is its)."""
+    (seed, rank = shard_index), evaluation from the fixed EVAL_SEED), packed
+    `sequences_per_row` a row when not 0. Takes the options of `record_dataset` (the seed
+    default is its)."""
+    packed = packed_feature_spec(max_seq_length, sequences_per_row) if sequences_per_row \
+        else {}
     if masking is None:
-        return feature_spec(max_seq_length, max_predictions_per_seq), None
+        return {**feature_spec(max_seq_length, max_predictions_per_seq), **packed}, None
     key = (stream_key(seed, shard_index, "train") if is_training
            else stream_key(EVAL_SEED, 0, "eval"))
-    return unmasked_feature_spec(max_seq_length), masking.batch_fn(key)
+    return {**unmasked_feature_spec(max_seq_length), **packed}, masking.batch_fn(key)
 
 
 def training_input(files, batch_size, max_seq_length, max_predictions_per_seq, seed, ranks,
-                   rank, shuffle_buffer, masking=None):
+                   rank, shuffle_buffer, masking=None, sequences_per_row=0):
     """This rank's pre-training stream (`training.records.TrainingInput`), whole files per
     rank; raises InputError when there are fewer files than ranks. `masking`: a
-    `DynamicMasking` for dynamic-masking records, None for static ones."""
+    `DynamicMasking` for dynamic-masking records, None for static ones;
+    `sequences_per_row`: k of packed records, 0 for unpacked ones."""
     check_file_sharding(files, ranks)
     spec, batch_fn = _reading(max_seq_length, max_predictions_per_seq, masking, True, seed,
-                              rank)
+                              rank, sequences_per_row)
     return TrainingInput(tuple(files), batch_size, spec, seed=seed, num_shards=ranks,
                          shard_index=rank, shard_by="files", shuffle_buffer=shuffle_buffer,
                          batch_fn=batch_fn)
 
 
 def make_dataset(files, batch_size, max_seq_length, max_predictions_per_seq, is_training,
-                 masking=None, **options):
+                 masking=None, sequences_per_row=0, **options):
     """Pre-training batches; see `training.records.record_dataset` for `options` (sharding is
     by whole files: InputError with fewer files than `num_shards`) and `training_input` for
     `masking`."""
     check_file_sharding(files, options.get("num_shards", 1))
     spec, batch_fn = _reading(max_seq_length, max_predictions_per_seq, masking, is_training,
-                              **options)
+                              sequences_per_row=sequences_per_row, **options)
     return record_dataset(files, batch_size, spec, is_training, shard_by="files",
                           batch_fn=batch_fn, **options)
 
 
 def make_input_fn(files, batch_size, max_seq_length, max_predictions_per_seq, is_training,
-                  masking=None, **options):
+                  masking=None, sequences_per_row=0, **options):
     """Estimator input_fn of pre-training records; see `training.records.record_input_fn`
-    and `training_input` for `masking`."""
+    and `training_input` for `masking` and `sequences_per_row`."""
     spec, batch_fn = _reading(max_seq_length, max_predictions_per_seq, masking, is_training,
-                              **options)
+                              sequences_per_row=sequences_per_row, **options)
     return record_input_fn(files, batch_size, spec, is_training, batch_fn=batch_fn, **options)

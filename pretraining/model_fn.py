@@ -9,24 +9,40 @@ from contextlib import nullcontext
 
 import tensorflow as tf
 
-from modeling import BertModel, masked_lm_output, next_sentence_output
+from modeling import BertModel, PackedRows, masked_lm_output, next_sentence_output
 from modeling.checkpoints import init_from_checkpoint
 from training.train_step import micro_step_variable, seeded_dropout, train_spec
 
 tf1 = tf.compat.v1
 
+def packed_rows(features):
+    """`PackedRows` when the records are packed (several instances a row), else None."""
+    if "instance_ids" not in features:
+        return None
+    return PackedRows(features["instance_ids"], features["position_ids"],
+                      features["next_sentence_positions"])
+
+
 def pretraining_losses(settings, features, is_training, micro_step=None):
-    """Builds BERT and both heads. Returns a dict of tensors (losses and head outputs)."""
+    """Builds BERT and both heads. Returns a dict of tensors (losses and head outputs).
+
+    Packed rows (`packed_rows`) give the same losses as their instances unpacked: the
+    masked-LM loss is a mean over masked tokens either way, and the next-sentence loss a
+    mean over instances (`next_sentence_weights`), not rows.
+    """
     config = settings.bert_config
+    packing = packed_rows(features)
     with seeded_dropout(settings, micro_step) if micro_step is not None else nullcontext():
         model = BertModel(config, is_training, features["input_ids"], features["input_mask"],
-                          features["segment_ids"], compute_type=settings.compute_type)
+                          features["segment_ids"], compute_type=settings.compute_type,
+                          packing=packing)
         mlm_loss, mlm_example_loss, mlm_log_probs = masked_lm_output(
             config, model.get_sequence_output(), model.get_embedding_table(),
             features["masked_lm_positions"], features["masked_lm_ids"],
             features["masked_lm_weights"], settings.compute_type)
         nsp_loss, nsp_example_loss, nsp_log_probs = next_sentence_output(
-            config, model.get_pooled_output(), features["next_sentence_labels"])
+            config, model.get_pooled_output(), features["next_sentence_labels"],
+            features.get("next_sentence_weights"))
     return {"total_loss": mlm_loss + nsp_loss, "masked_lm_loss": mlm_loss,
             "next_sentence_loss": nsp_loss, "mlm_example_loss": mlm_example_loss,
             "mlm_log_probs": mlm_log_probs, "nsp_example_loss": nsp_example_loss,
@@ -40,11 +56,15 @@ def eval_metrics(outputs, features):
     mlm_weights = tf.reshape(features["masked_lm_weights"], [-1])
     nsp_predictions = tf.argmax(outputs["nsp_log_probs"], axis=-1, output_type=tf.int32)
     nsp_labels = tf.reshape(features["next_sentence_labels"], [-1])
+    nsp_weights = features.get("next_sentence_weights")   # packed rows: real instances only
+    if nsp_weights is not None:
+        nsp_weights = tf.reshape(nsp_weights, [-1])
     return {
         "masked_lm_accuracy": tf1.metrics.accuracy(mlm_ids, mlm_predictions, weights=mlm_weights),
         "masked_lm_loss": tf1.metrics.mean(outputs["mlm_example_loss"], weights=mlm_weights),
-        "next_sentence_accuracy": tf1.metrics.accuracy(nsp_labels, nsp_predictions),
-        "next_sentence_loss": tf1.metrics.mean(outputs["nsp_example_loss"]),
+        "next_sentence_accuracy": tf1.metrics.accuracy(nsp_labels, nsp_predictions,
+                                                       weights=nsp_weights),
+        "next_sentence_loss": tf1.metrics.mean(outputs["nsp_example_loss"], weights=nsp_weights),
     }
 
 

@@ -7,6 +7,11 @@ check that the input files hold one kind, matching the flags.
   unmasked, with `word_starts` and `masking_vocab`; the input pipeline masks them at every
   read (`pretraining.dynamic_masking`).
 
+Orthogonal to the kind: packed records (`create_pretraining_data.py --pack`,
+`data_prep.packing`) hold up to k instances a row, with `instance_ids`, `position_ids` and
+k next-sentence slots; k (`sequences_per_row`) is read from the records, and every file of
+a run must have the same.
+
 The check reads the first record of every file (one small read each), so a folder that mixes
 the kinds, sequence lengths or vocabularies fails at start-up, naming the file, instead of
 in the middle of training. What must agree with the flags depends on the kind: static
@@ -25,6 +30,8 @@ STATIC_FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_position
                    "masked_lm_ids", "masked_lm_weights", "next_sentence_labels")
 DYNAMIC_FEATURES = ("input_ids", "input_mask", "segment_ids", "next_sentence_labels",
                     WORD_STARTS, MASKING_VOCAB)
+PACKED_FEATURES = ("instance_ids", "position_ids", "next_sentence_positions",
+                   "next_sentence_labels", "next_sentence_weights")
 # run_pretraining.py flags that only dynamic-masking records can honour.
 DYNAMIC_ONLY_FLAGS = ("masked_lm_prob", "do_whole_word_mask")
 
@@ -43,11 +50,14 @@ class RecordFacts:
     seq_length: int
     predictions: Optional[int] = None         # static
     masking_vocab: Optional[Tuple[int, ...]] = None  # dynamic: MASKING_VOCAB_FIELDS
+    sequences_per_row: int = 0                       # packed rows: k; 0 unpacked
 
     def describe(self):
-        if self.kind == STATIC:
-            return "static (masked) records"
-        return "dynamic-masking (unmasked) records"
+        kind = ("static (masked) records" if self.kind == STATIC
+                else "dynamic-masking (unmasked) records")
+        if self.sequences_per_row:
+            return f"{kind} packed {self.sequences_per_row} a row"
+        return kind
 
 
 def record_facts(path, example):
@@ -61,25 +71,37 @@ def record_facts(path, example):
     if missing:
         raise InputError(f"{path}: not a pre-training record (no feature {missing[0]!r})")
     seq = len(features["input_ids"].int64_list.value)
+    per_row = _sequences_per_row(path, features)
     if kind == STATIC:
         return RecordFacts(path, kind, seq,
-                           predictions=len(features["masked_lm_positions"].int64_list.value))
+                           predictions=len(features["masked_lm_positions"].int64_list.value),
+                           sequences_per_row=per_row)
     vocab = tuple(features[MASKING_VOCAB].int64_list.value)
     if len(vocab) != len(MASKING_VOCAB_FIELDS):
         raise InputError(f"{path}: {MASKING_VOCAB} has {len(vocab)} values, expected "
                          f"{len(MASKING_VOCAB_FIELDS)} ({', '.join(MASKING_VOCAB_FIELDS)})")
-    return RecordFacts(path, kind, seq, masking_vocab=vocab)
+    return RecordFacts(path, kind, seq, masking_vocab=vocab, sequences_per_row=per_row)
+
+
+def _sequences_per_row(path, features):
+    """k of packed records (the number of next-sentence slots), 0 for unpacked ones."""
+    if "instance_ids" not in features:
+        return 0
+    missing = [name for name in PACKED_FEATURES if name not in features]
+    if missing:
+        raise InputError(f"{path}: packed record without feature {missing[0]!r}")
+    return len(features["next_sentence_positions"].int64_list.value)
 
 
 def check_kinds(facts, max_seq_length, max_predictions_per_seq, vocab_size=None,
                 dynamic_flags=()):
     """Checks the RecordFacts of a set of files (non-empty list) against each other and the
-    flags; returns their kind. `vocab_size`: the model's (config), checked against dynamic
+    flags; returns the first (their kind and packing are every file's). `vocab_size`: the model's (config), checked against dynamic
     records' vocabulary. `dynamic_flags`: the DYNAMIC_ONLY_FLAGS given on the command line,
     as `--name=value`, refused with static records."""
     first = facts[0]
     for fact in facts:
-        if fact.kind != first.kind:
+        if fact.kind != first.kind or fact.sequences_per_row != first.sequences_per_row:
             raise InputError(f"{fact.path}: {fact.describe()}, but {first.path} holds "
                              f"{first.describe()}; use one kind per run")
         if fact.seq_length != max_seq_length:
@@ -99,7 +121,7 @@ def check_kinds(facts, max_seq_length, max_predictions_per_seq, vocab_size=None,
                          "create_pretraining_data.py --masking=dynamic")
     if first.kind == DYNAMIC:
         _check_masking_vocab(first, vocab_size)
-    return first.kind
+    return first
 
 
 def _check_masking_vocab(fact, vocab_size):

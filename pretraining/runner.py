@@ -99,18 +99,22 @@ def _run(flags, workers):
     masking, dynamic_flags = DynamicMasking.from_flags(flags), given_dynamic_flags(flags)
     if flags.do_train:
         train_files = list_input_files(flags.input_files_dir)
-        train_kind = check_records_match(train_files, flags.max_seq_length,
-                                         flags.max_predictions_per_seq, config.vocab_size,
-                                         dynamic_flags)
+        train_records = check_records_match(train_files, flags.max_seq_length,
+                                            flags.max_predictions_per_seq, config.vocab_size,
+                                            dynamic_flags)
         train_input = training_input(
             train_files, flags.train_batch_size, flags.max_seq_length,
             flags.max_predictions_per_seq, flags.seed, workers.size, workers.rank,
-            flags.shuffle_buffer, masking if train_kind == DYNAMIC else None)
-        if train_kind == DYNAMIC:
+            flags.shuffle_buffer, masking if train_records.kind == DYNAMIC else None,
+            train_records.sequences_per_row)
+        if train_records.sequences_per_row:
+            logging.info("packed records, up to %d instances a row: %s",
+                         train_records.sequences_per_row, flags.input_files_dir)
+        if train_records.kind == DYNAMIC:
             logging.info("dynamic masking of %s: %s", flags.input_files_dir, masking)
     if flags.do_eval:
         eval_files = list_input_files(flags.eval_files_dir)
-        eval_kind = check_records_match(eval_files, flags.max_seq_length,
+        eval_records = check_records_match(eval_files, flags.max_seq_length,
                                         flags.max_predictions_per_seq, config.vocab_size,
                                         () if flags.do_train else dynamic_flags)
 
@@ -163,7 +167,8 @@ def _run(flags, workers):
     if flags.do_eval and workers.is_chief:
         input_fn = make_input_fn(eval_files, flags.eval_batch_size, flags.max_seq_length,
                                  flags.max_predictions_per_seq, False,
-                                 masking if eval_kind == DYNAMIC else None)
+                                 masking if eval_records.kind == DYNAMIC else None,
+                                 eval_records.sequences_per_row)
         metrics = estimator.evaluate(input_fn, steps=flags.max_eval_steps)
         results["eval"] = {k: float(v) for k, v in metrics.items()}
         path = os.path.join(flags.output_dir, "eval_results.txt")

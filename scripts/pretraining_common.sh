@@ -33,9 +33,18 @@ train_steps_phase2=$(( train_steps * 1 / 10 * gbs_phase1 / gbs_phase2 ))
 DATA_DIR=${DATA_DIR:-${BERT_PREP_WORKING_DIR:-$ROOT/data}}
 TFRECORD_PREFIX=${TFRECORD_PREFIX:-tfrecord_lower_case_1}
 DATASET=${DATASET:-books_wiki_en_corpus}
+# Which of bertPrep.py's record folders: MASKING=static|dynamic (create_tfrecord_files
+# --masking), PACKED=true|false (--pack: several instances a row, less padding).
+MASKING=${MASKING:-static}
+PACKED=${PACKED:-false}
+packing_filter() {  # keeps the folder names of packed records iff PACKED=true
+  if [ "$PACKED" = true ]; then grep -e "_packed_"; else grep -v -e "_packed_"; fi
+}
 phase_data() {  # phase_data SEQ_LEN MAX_PRED SPLIT -> a glob of bertPrep.py's records
-  local dir
-  dir=$(ls -d "$DATA_DIR"/${TFRECORD_PREFIX}_seq_len_$1_max_pred_$2_*/"$DATASET" 2>/dev/null | head -n 1)
+  local kind="_max_pred_$2_" dir
+  [ "$MASKING" = dynamic ] && kind="_dynamic"
+  dir=$(ls -d "$DATA_DIR"/${TFRECORD_PREFIX}_seq_len_$1_*/"$DATASET" 2>/dev/null \
+        | grep -e "$kind" | packing_filter | head -n 1)
   echo "${dir:-$DATA_DIR/${TFRECORD_PREFIX}_seq_len_$1_max_pred_$2/$DATASET}/${DATASET}_$3_*.tfrecord"
 }
 TRAIN_DATA_PHASE1=${TRAIN_DATA_PHASE1:-$(phase_data 128 20 training)}

