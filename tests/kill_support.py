@@ -127,6 +127,14 @@ def latest_checkpoint_step(folder):
     return (checkpoint_steps(folder) or [-1])[-1]
 
 
+def resumed_micro_step(folder):
+    """The micro_step a run started now would resume from (0: none); a kill can fall between
+    a checkpoint's files and the `checkpoint` state naming it, so this may be an older one."""
+    import tensorflow as tf
+    latest = tf.train.latest_checkpoint(str(folder))
+    return int(tf.train.load_checkpoint(latest).get_tensor("micro_step")) if latest else 0
+
+
 def train_killed_at_checkpoints(args, folder, moments, final_step, logs, cwd=None,
                                 ranks=(0,), drop_input_states_before=None):
     """Trains with `args` (output folder `folder`) through one kill -9 per moment, then to
@@ -134,23 +142,25 @@ def train_killed_at_checkpoints(args, folder, moments, final_step, logs, cwd=Non
     after it, and after the one it resumed from, exists (the kill lands at or shortly after
     it, often inside an accumulation window). The input states are deleted before run
     number `drop_input_states_before` (as if killed between the two writes), which must then
-    skip records instead. Asserts that every resumed run positioned each rank's input."""
+    skip records instead. Asserts that every run resuming from a checkpoint past micro_step 0
+    positioned each rank's input."""
     runs = []
     for index, moment in enumerate(moments):
         if index == drop_input_states_before:
             shutil.rmtree(folder / "input_state")
-        start = latest_checkpoint_step(folder)
-        target = max(moment, start + 1)
+        target = max(moment, latest_checkpoint_step(folder) + 1)
+        resumed = resumed_micro_step(folder)
         log = kill_when(args, lambda: latest_checkpoint_step(folder) >= target,
                         logs / f"killed-at-{moment}.log", cwd)
-        runs.append((start, log))
-    start = latest_checkpoint_step(folder)
-    assert start < final_step, f"killed too late to test resuming (moments {moments})"
+        runs.append((resumed, log))
+    assert latest_checkpoint_step(folder) < final_step, \
+        f"killed too late to test resuming (moments {moments})"
+    resumed = resumed_micro_step(folder)
     result = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    runs.append((start, result.stdout + result.stderr))
-    for index, (start, log) in enumerate(runs):
-        if start <= 0:
+    runs.append((resumed, result.stdout + result.stderr))
+    for index, (resumed, log) in enumerate(runs):
+        if resumed == 0:
             continue  # a fresh start (or from the step-0 checkpoint): nothing consumed
         for rank in ranks:
             restored = f"rank {rank} resumes its input from" in log
