@@ -18,7 +18,8 @@ same request against its own parent, then runs the program's module as ``__main_
 same interpreter. A kill of the parent thus takes the tree down level by level; so does our
 own ``proc.kill()`` of the child after an error. Not covered: helpers started by fork+exec
 outside ``os.fork`` (multiprocessing's resource tracker), which end by themselves once the
-processes holding their pipe are gone.
+processes holding their pipe are gone. As for pools, the kernel signals when the *thread* that
+started the child ends: start it from the thread that reads its output.
 """
 import os
 import runpy

@@ -14,7 +14,7 @@ import psutil
 import pytest
 import tensorflow as tf
 
-from bertprep_support import REPO, WIKI_DUMP, formatted_corpus
+from bertprep_support import REPO, TABLE_DUMP, WIKI_DUMP, formatted_corpus
 from data_prep.pretraining_data import expand_input_files
 from kill_support import file_digests, kill_parent_and_check_descendants_die, seeded_moments
 from pretraining.input_pipeline import InputError, list_input_files
@@ -156,12 +156,13 @@ def test_sharding_workers_die_with_a_killed_parent(tmp_path):
         [sys.executable, "-c", code, str(corpus), str(tmp_path / "shards")], cwd=REPO)
 
 
-def _has_open(path):
-    """A `ready` for kill_parent_and_check_descendants_die: a descendant has `path` open."""
+def _has_open(wanted):
+    """A `ready` for kill_parent_and_check_descendants_die: a descendant has a file open
+    whose path satisfies `wanted(path)`."""
     def ready(descendants):
         for process in descendants:
             try:
-                if any(f.path == path for f in process.open_files()):
+                if any(wanted(f.path) for f in process.open_files()):
                     return True
             except psutil.Error:  # ended meanwhile
                 pass
@@ -181,7 +182,7 @@ def test_wikiextractor_and_its_forks_die_with_a_killed_bertprep(shared_data, tmp
             "--n_processes", "2"]
     env = dict(os.environ, PYTHONPATH=REPO)
     forked = seeded_moments("wikiextractor forks", [1, 2, 3], count=1)[0]
-    for ready in (_has_open(dump), lambda descendants: len(descendants) >= 2 + forked):
+    for ready in (_has_open(dump.__eq__), lambda descendants: len(descendants) >= 2 + forked):
         kill_parent_and_check_descendants_die(args, ready, env=env)
     rerun = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
@@ -224,6 +225,23 @@ def test_next_create_pretraining_data_removes_a_killed_runs_temporaries(tmp_path
         cwd=repo_root, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert sorted(os.listdir(out)) == sorted(["train.tfrecord", live.name, unrelated.name])
+
+
+def test_next_text_formatting_removes_a_killed_runs_scratch_copy(shared_data, tmp_path):
+    """A dump without <siteinfo> is read through an uncompressed copy beside the output;
+    bertPrep.py killed while wikiextractor reads it leaves the copy, the next run removes it."""
+    wd = tmp_path / "wd"
+    args = [sys.executable, os.path.join(REPO, "bertPrep.py"), "--working_dir", str(wd),
+            "--action", "text_formatting", "--dataset", "wikicorpus_en",
+            "--input", os.path.join(shared_data, TABLE_DUMP), "--n_processes", "1"]
+    env = dict(os.environ, PYTHONPATH=REPO)
+    folder = wd / "formatted_one_article_per_line"
+    kill_parent_and_check_descendants_die(
+        args, _has_open(lambda path: os.path.basename(path).startswith(".wiki-")), env=env)
+    assert [name for name in os.listdir(folder) if name.startswith(".wiki-")]
+    rerun = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert os.listdir(folder) == ["wikicorpus_en.txt"]
 
 
 def test_every_way_of_naming_inputs_skips_temporaries(tmp_path):

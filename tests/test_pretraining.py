@@ -115,6 +115,7 @@ def test_command_line_errors_are_one_line(data, tmp_path, repo_root):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.faults
 def test_sigterm_saves_a_checkpoint_and_exits_zero(data, tmp_path, repo_root):
     output = tmp_path / "run"
     args = command_line(data, output, num_train_steps=100000, save_checkpoints_steps=100000,

@@ -109,6 +109,7 @@ def test_resume_restores_the_input_state_and_skips_no_records(files, tmp_path, s
     assert states(out) == [9, 11, 12] == checkpoint_steps(out)[-3:]
 
 
+@pytest.mark.faults
 def test_state_of_an_older_checkpoint_is_found_by_its_micro_step(files, tmp_path, skips):
     reference = train(tmp_path / "reference", files, 9)
     out = tmp_path / "run"
@@ -119,6 +120,7 @@ def test_state_of_an_older_checkpoint_is_found_by_its_micro_step(files, tmp_path
     assert skips[-1] == 0
 
 
+@pytest.mark.faults
 def test_without_a_matching_state_the_pipeline_skips_exactly_and_warns(files, tmp_path, skips,
                                                                        caplog):
     reference = train(tmp_path / "reference", files, 10)
@@ -134,6 +136,7 @@ def test_without_a_matching_state_the_pipeline_skips_exactly_and_warns(files, tm
     assert json.loads((out / data_order.DATA_ORDER_FILE).read_text())["start_micro_step"] == 0
 
 
+@pytest.mark.faults
 def test_states_saved_after_a_skipping_resume_are_restored(files, tmp_path, skips):
     """A run that resumed by skipping saves states of a pipeline that skips; the next resume
     rebuilds that pipeline and restores them (it used to fail: the saved iterator did not
