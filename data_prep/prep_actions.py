@@ -29,7 +29,8 @@ shards of one ``sharding`` run are renamed together), so "exists" means "done": 
 and ``create_tfrecord_files`` skip what exists, and a rerun after an interruption redoes only
 the unfinished part.  Temporaries of killed runs (``*.tmp-<pid>`` of a dead pid) are deleted
 (``data_prep.temporaries``), and pool workers die with ``bertPrep.py`` however it is killed
-(``data_prep.worker_lifetime``).
+(``data_prep.worker_lifetime``), as do wikiextractor and the processes it forks
+(``data_prep.tethered_child``).
 
 ``create_tfrecord_files`` runs ``data_prep.pretraining_data.create_pretraining_tfrecords`` once
 per shard (in ``--n_processes`` worker processes), each shard seeded with

@@ -9,7 +9,8 @@ Sources:
 
 * Wikipedia XML dumps (``.bz2``, ``.gz`` or plain; ``format_wikipedia``) go through
   ``wikiextractor`` in a child process (``python -m wikiextractor.WikiExtractor --json -o -``),
-  whose output is read as a stream: the dump is never held in memory.  Redirects and pages
+  whose output is read as a stream: the dump is never held in memory.  The child and all it
+  forks die with us (``data_prep.tethered_child``), even when we are killed with SIGKILL.  Redirects and pages
   that end up without text (pure lists, disambiguation stubs) are dropped.  Titles are not
   written: the first sentence of an article nearly always names its subject already, and a
   bare title is not a sentence (it would become a one-"sentence" segment for NSP).  Section
@@ -42,11 +43,11 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from data_prep.pretraining_data import DataPrepError
+from data_prep.tethered_child import tethered_command, tethered_env
 
 # Titles of dropped (empty) articles remembered for the report; the count is always exact.
 MAX_REMEMBERED_TITLES = 100
@@ -217,8 +218,10 @@ _MINIMAL_SITEINFO = (b"  <siteinfo>\n    <namespaces>\n"
 
 
 def _plain_copy_with_siteinfo(path: str, folder: str, add_siteinfo: bool) -> str:
-    """An uncompressed copy of the dump (streamed) that wikiextractor can read."""
-    fd, tmp = tempfile.mkstemp(prefix=".wiki-", suffix=".xml", dir=folder)
+    """An uncompressed copy of the dump (streamed) that wikiextractor can read. Named as a
+    temporary of this process (``*.tmp-<pid>``, read as plain XML), so that when we are killed
+    the next run over the folder removes it (``data_prep.temporaries``)."""
+    fd, tmp = tempfile.mkstemp(prefix=".wiki-", suffix=f".xml.tmp-{os.getpid()}", dir=folder)
     with _open_maybe_compressed(path) as src, os.fdopen(fd, "wb") as out:
         if add_siteinfo:
             first = src.readline()
@@ -267,11 +270,12 @@ def find_invalid_utf8(path: str) -> Optional[Tuple[int, int]]:
 
 
 def _wikiextractor_command(dump: str, processes: int, expand_templates: bool) -> List[str]:
-    cmd = [sys.executable, "-m", "wikiextractor.WikiExtractor", dump, "--json", "-o", "-",
-           "--processes", str(max(1, processes)), "--html-safe", "", "-q"]
+    """wikiextractor tethered to this process: killed with us, with all it forks."""
+    args = [dump, "--json", "-o", "-", "--processes", str(max(1, processes)),
+            "--html-safe", "", "-q"]
     if not expand_templates:
-        cmd.append("--no-templates")
-    return cmd
+        args.append("--no-templates")
+    return tethered_command("wikiextractor.WikiExtractor", args)
 
 
 def _last_error_line(stderr_text: str) -> str:
@@ -297,7 +301,7 @@ def iter_wikipedia_articles(dump: str, processes: int = 1, expand_templates: boo
     err = tempfile.TemporaryFile(mode="w+", encoding="utf-8", errors="replace")
     proc = subprocess.Popen(_wikiextractor_command(source, processes, expand_templates),
                             stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL,
-                            env=dict(os.environ, PYTHONIOENCODING="utf-8"))
+                            env=tethered_env(dict(os.environ, PYTHONIOENCODING="utf-8")))
     try:
         for raw in proc.stdout:
             try:

@@ -43,6 +43,7 @@ def test_normal_download_verifies_checksum(server, tmp_path):
     assert len(server.log) == 1
 
 
+@pytest.mark.faults
 def test_cut_transfer_is_resumed_with_range(server, tmp_path):
     server.faults["/data.bin"] = [("cut", 250_000)]
     dest = str(tmp_path / "data.bin")
@@ -52,6 +53,7 @@ def test_cut_transfer_is_resumed_with_range(server, tmp_path):
     assert not os.path.exists(dest + ".part")
 
 
+@pytest.mark.faults
 def test_interrupted_download_resumes_in_a_later_run(server, tmp_path):
     server.faults["/data.bin"] = [("cut", 123_456), ("status", 503), ("status", 503)]
     dest = str(tmp_path / "data.bin")

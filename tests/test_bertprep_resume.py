@@ -1,14 +1,16 @@
-"""create_tfrecord_files killed mid-way and rerun: only unfinished shards are redone and the
-records are byte-identical to an uninterrupted run (with another number of processes)."""
+"""create_tfrecord_files killed (kill -9) at three seeded moments and rerun: only unfinished
+shards are redone and the records are byte-identical to an uninterrupted run (with another
+number of processes)."""
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
+
+import pytest
 
 from bertprep_support import REPO, copy_working_dir, formatted_corpus, run_bertprep
 from data_prep import prep_actions
+from kill_support import file_digests, kill_when, seeded_moments
 
 N_TRAIN, N_TEST = 6, 1
 SHARD_FLAGS = ["--n_training_shards", str(N_TRAIN), "--n_test_shards", str(N_TEST),
@@ -36,32 +38,38 @@ def command(wd, vocab, processes):
             "--vocab_file", vocab, "--n_processes", str(processes), *SHARD_FLAGS, *RECORD_FLAGS]
 
 
-def records(wd):
-    folder = os.path.join(wd, RECORDS)
-    return {name: os.path.join(folder, name) for name in os.listdir(folder)}
+def _complete(folder):
+    """{name: mtime} of the record files complete in `folder`."""
+    return {n: os.stat(os.path.join(folder, n)).st_mtime_ns for n in os.listdir(folder)
+            if n.endswith(".tfrecord")} if os.path.isdir(folder) else {}
 
 
-def test_killed_run_resumes_with_only_unfinished_shards(shared_data, minilm_vocab, tmp_path):
+@pytest.mark.faults
+def test_three_kills_resume_with_only_unfinished_shards(shared_data, minilm_vocab, tmp_path):
+    """kill -9 at three seeded moments, each while a shard is being written after a given
+    number of complete ones: every rerun skips exactly the complete shards (never rewritten),
+    and the records end byte-identical to an uninterrupted run with 2 processes."""
     wd = sharded_working_dir(shared_data, str(tmp_path / "interrupted"))
     reference_wd = copy_working_dir(wd, str(tmp_path / "reference"))
     folder = os.path.join(wd, RECORDS)
-
-    # Run with one process; kill its whole process group once the first shard is complete.
     env = dict(os.environ, PYTHONPATH=REPO)
-    proc = subprocess.Popen(command(wd, minilm_vocab, 1), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, env=env, start_new_session=True)
-    try:
-        deadline = time.time() + 120
-        while time.time() < deadline and proc.poll() is None:
-            if os.path.isdir(folder) and any(n.endswith(".tfrecord") for n in os.listdir(folder)):
-                break
-            time.sleep(0.01)
-        os.killpg(proc.pid, signal.SIGKILL)
-    finally:
-        proc.wait()
-    complete = {n: os.stat(p).st_mtime_ns for n, p in records(wd).items()
-                if n.endswith(".tfrecord")}
-    assert 1 <= len(complete) < N_TRAIN + N_TEST, "the run was not interrupted mid-way"
+    total = N_TRAIN + N_TEST
+
+    def writing_after(count):
+        def ready():
+            names = os.listdir(folder) if os.path.isdir(folder) else []
+            return (len([n for n in names if n.endswith(".tfrecord")]) >= count
+                    and any(".tfrecord.tmp-" in n for n in names))
+        return ready
+
+    kept = {}
+    for count in seeded_moments("create_tfrecord_files", list(range(total - 1))):
+        log = kill_when(command(wd, minilm_vocab, 1), writing_after(count),
+                        tmp_path / f"killed-after-{count}.log", env=env)
+        assert set(re.findall(r"skip (\S+) \(complete\)", log)) == {
+            n[:-len(".tfrecord")] for n in kept}, log
+        kept = _complete(folder)
+        assert count <= len(kept) < total, "the run was not interrupted mid-way"
 
     rerun = run_bertprep(["--working_dir", wd, "--action", "create_tfrecord_files",
                           "--dataset", "books_wiki_en_corpus", "--vocab_file", minilm_vocab,
@@ -69,17 +77,13 @@ def test_killed_run_resumes_with_only_unfinished_shards(shared_data, minilm_voca
     assert rerun.returncode == 0, rerun.stderr
     skipped = set(re.findall(r"skip (\S+) \(complete\)", rerun.stdout))
     written = set(re.findall(r"wrote (\S+)\.tfrecord", rerun.stdout))
-    assert {n + ".tfrecord" for n in skipped} == set(complete)
-    assert len(skipped) + len(written) == N_TRAIN + N_TEST and not skipped & written
-    final = records(wd)
-    assert len(final) == N_TRAIN + N_TEST  # and no temporary file left behind
-    for name, mtime in complete.items():
-        assert os.stat(final[name]).st_mtime_ns == mtime
+    assert {n + ".tfrecord" for n in skipped} == set(kept)
+    assert len(skipped) + len(written) == total and not skipped & written
+    final = _complete(folder)
+    assert {n: final[n] for n in kept} == kept  # complete shards were never rewritten
 
     uninterrupted = subprocess.run(command(reference_wd, minilm_vocab, 2), env=env,
                                    capture_output=True, text=True)
     assert uninterrupted.returncode == 0, uninterrupted.stderr
-    reference = records(reference_wd)
-    assert sorted(reference) == sorted(final)
-    for name in final:
-        assert open(final[name], "rb").read() == open(reference[name], "rb").read(), name
+    # every file byte-identical, and no temporary left behind
+    assert file_digests(folder) == file_digests(os.path.join(reference_wd, RECORDS))

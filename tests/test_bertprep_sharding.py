@@ -103,6 +103,7 @@ def test_sentence_splitters(name):
     assert split("") == []
 
 
+@pytest.mark.faults
 def test_a_failing_run_leaves_no_shards(tmp_path):
     corpus = tmp_path / "corpus.txt"
     good = "First sentence here. Second one follows.\n"

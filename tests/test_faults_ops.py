@@ -1,5 +1,6 @@
-"""Operational faults: two runs on one --output_dir (run lock), pool workers outliving a
-killed bertPrep.py, and temporaries of killed create_pretraining_data.py runs."""
+"""Operational faults: two runs on one --output_dir (run lock), pool workers and
+wikiextractor outliving a killed bertPrep.py, temporaries of killed create_pretraining_data.py
+runs, and a run whose every step is skipped (divergence guard)."""
 import json
 import os
 import signal
@@ -11,9 +12,11 @@ import types
 
 import psutil
 import pytest
+import tensorflow as tf
 
-from bertprep_support import REPO
+from bertprep_support import REPO, TABLE_DUMP, WIKI_DUMP, formatted_corpus
 from data_prep.pretraining_data import expand_input_files
+from kill_support import file_digests, kill_parent_and_check_descendants_die, seeded_moments
 from pretraining.input_pipeline import InputError, list_input_files
 from pretraining_records import write_random_records
 from test_bertprep_resume import RECORD_FLAGS, SHARD_FLAGS, sharded_working_dir
@@ -21,6 +24,8 @@ from test_pretraining import command_line, make_flags
 from test_pretraining import data  # noqa: F401  (module fixture: tiny config and records)
 from training import run_lock
 from training.run_lock import LOCK_NAME, RunLockedError
+
+pytestmark = pytest.mark.faults
 
 
 def dead_pid():
@@ -129,44 +134,13 @@ def test_second_run_pretraining_on_one_folder_exits_nonzero_naming_the_first(
 
 # --------------------------------------------------------------------------- 2. pool workers
 
-def _gone(pid):
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
-def kill_parent_and_check_workers_die(parent, count=2):
-    """Waits for `count` pool workers of `parent`, kills it with SIGKILL (no chance to stop its
-    pool) and asserts that every worker is gone (or a zombie) within 5 seconds."""
-    workers = []
-    try:
-        deadline = time.time() + 120
-        while len(workers) < count:
-            assert parent.poll() is None and time.time() < deadline, "no pool started"
-            workers = psutil.Process(parent.pid).children()
-            time.sleep(0.01)
-        parent.kill()
-        parent.wait()
-        deadline = time.time() + 5
-        while not all(_gone(w.pid) for w in workers) and time.time() < deadline:
-            time.sleep(0.05)
-        assert all(_gone(w.pid) for w in workers), [w.pid for w in workers if not _gone(w.pid)]
-    finally:
-        for worker in workers:
-            if not _gone(worker.pid):
-                worker.kill()
-
-
 def test_create_tfrecord_files_workers_die_with_a_killed_bertprep(shared_data, minilm_vocab,
                                                                   tmp_path):
     wd = sharded_working_dir(shared_data, str(tmp_path / "wd"))
     args = [sys.executable, os.path.join(REPO, "bertPrep.py"), "--working_dir", wd,
             "--action", "create_tfrecord_files", "--dataset", "books_wiki_en_corpus",
             "--vocab_file", minilm_vocab, "--n_processes", "2", *SHARD_FLAGS, *RECORD_FLAGS]
-    kill_parent_and_check_workers_die(subprocess.Popen(
-        args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        env=dict(os.environ, PYTHONPATH=REPO)))
+    kill_parent_and_check_descendants_die(args, env=dict(os.environ, PYTHONPATH=REPO))
 
 
 def test_sharding_workers_die_with_a_killed_parent(tmp_path):
@@ -178,9 +152,44 @@ def test_sharding_workers_die_with_a_killed_parent(tmp_path):
             "sharding.shard_corpus([sys.argv[1]], sys.argv[2], 'c', sharding.ShardingOptions("
             "n_training_shards=2, n_test_shards=0, fraction_test_set=0.0, n_processes=2), "
             "progress=False)\n")
-    kill_parent_and_check_workers_die(subprocess.Popen(
-        [sys.executable, "-c", code, str(corpus), str(tmp_path / "shards")], cwd=REPO,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    kill_parent_and_check_descendants_die(
+        [sys.executable, "-c", code, str(corpus), str(tmp_path / "shards")], cwd=REPO)
+
+
+def _has_open(wanted):
+    """A `ready` for kill_parent_and_check_descendants_die: a descendant has a file open
+    whose path satisfies `wanted(path)`."""
+    def ready(descendants):
+        for process in descendants:
+            try:
+                if any(wanted(f.path) for f in process.open_files()):
+                    return True
+            except psutil.Error:  # ended meanwhile
+                pass
+        return False
+    return ready
+
+
+def test_wikiextractor_and_its_forks_die_with_a_killed_bertprep(shared_data, tmp_path):
+    """bertPrep.py text_formatting killed with SIGKILL while wikiextractor reads the dump's
+    templates (alone, nothing written yet: it used to go on for the whole dump), then once
+    wikiextractor forked a seeded number of processes: none of them survives, and a rerun
+    writes the bytes of an uninterrupted run and leaves no temporary."""
+    dump = os.path.realpath(os.path.join(shared_data, WIKI_DUMP))
+    wd = tmp_path / "wd"
+    args = [sys.executable, os.path.join(REPO, "bertPrep.py"), "--working_dir", str(wd),
+            "--action", "text_formatting", "--dataset", "wikicorpus_en", "--input", dump,
+            "--n_processes", "2"]
+    env = dict(os.environ, PYTHONPATH=REPO)
+    forked = seeded_moments("wikiextractor forks", [1, 2, 3], count=1)[0]
+    for ready in (_has_open(dump.__eq__), lambda descendants: len(descendants) >= 2 + forked):
+        kill_parent_and_check_descendants_die(args, ready, env=env)
+    rerun = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    root, _ = formatted_corpus(shared_data)  # formatted once, uninterrupted, one process
+    folder = "formatted_one_article_per_line"
+    assert file_digests(wd / folder) == {
+        "wikicorpus_en.txt": file_digests(os.path.join(root, folder))["wikicorpus_en.txt"]}
 
 
 def test_worker_whose_parent_died_before_the_request_exits():
@@ -218,6 +227,23 @@ def test_next_create_pretraining_data_removes_a_killed_runs_temporaries(tmp_path
     assert sorted(os.listdir(out)) == sorted(["train.tfrecord", live.name, unrelated.name])
 
 
+def test_next_text_formatting_removes_a_killed_runs_scratch_copy(shared_data, tmp_path):
+    """A dump without <siteinfo> is read through an uncompressed copy beside the output;
+    bertPrep.py killed while wikiextractor reads it leaves the copy, the next run removes it."""
+    wd = tmp_path / "wd"
+    args = [sys.executable, os.path.join(REPO, "bertPrep.py"), "--working_dir", str(wd),
+            "--action", "text_formatting", "--dataset", "wikicorpus_en",
+            "--input", os.path.join(shared_data, TABLE_DUMP), "--n_processes", "1"]
+    env = dict(os.environ, PYTHONPATH=REPO)
+    folder = wd / "formatted_one_article_per_line"
+    kill_parent_and_check_descendants_die(
+        args, _has_open(lambda path: os.path.basename(path).startswith(".wiki-")), env=env)
+    assert [name for name in os.listdir(folder) if name.startswith(".wiki-")]
+    rerun = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert os.listdir(folder) == ["wikicorpus_en.txt"]
+
+
 def test_every_way_of_naming_inputs_skips_temporaries(tmp_path):
     for name in ("part-0.tfrecord", "part-1.tfrecord"):
         write_random_records(tmp_path / name, 2)
@@ -230,3 +256,20 @@ def test_every_way_of_naming_inputs_skips_temporaries(tmp_path):
     with pytest.raises(InputError, match=r"no input files \(1 hidden or temporary ignored\)"):
         list_input_files(str(tmp_path / "part-2*"))
     assert expand_input_files(str(tmp_path / "part-*")) == complete
+
+
+# --------------------------------------------------------------------------- 4. divergence
+
+def test_a_run_whose_every_step_is_skipped_stops_with_an_error(data, tmp_path):  # noqa: F811
+    """float16 gradients overflow at any loss scale near 2**100: every step is skipped, so the
+    guard stops the run after --max_consecutive_skips instead of spinning at step 0."""
+    from pretraining.runner import run
+    from training.divergence import DivergenceError
+    with pytest.raises(DivergenceError, match=r"^3 optimizer steps in a row were skipped for "
+                                              r"non-finite gradients: the run is not training"):
+        run(make_flags(data, tmp_path, amp=True, amp_dtype="float16",
+                       init_loss_scale=2.0 ** 100, max_consecutive_skips=3,
+                       num_train_steps=50))
+    assert not (tmp_path / LOCK_NAME).exists()
+    latest = tf.train.latest_checkpoint(str(tmp_path))
+    assert latest is None or tf.train.load_checkpoint(latest).get_tensor("global_step") == 0

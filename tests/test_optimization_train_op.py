@@ -125,6 +125,7 @@ def test_single_step_has_no_accumulation_buffers(models):
     assert not [n for n in names if "accum" in n]
 
 
+@pytest.mark.faults
 def test_non_finite_gradients_skip_the_step_and_halve_the_loss_scale(models):
     model = models(make_loss_scale=lambda: DynamicLossScale(2.0 ** 10, growth_interval=3))
     batches = make_batches(6, BATCH)

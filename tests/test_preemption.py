@@ -25,7 +25,7 @@ PHASE1_STEPS = TRAIN_STEPS * 9 // 10
 # signal sent right after an optimizer step lands inside the next accumulation window.
 BATCH = 32
 
-pytestmark = [pytest.mark.horovod, pytest.mark.slow]
+pytestmark = [pytest.mark.horovod, pytest.mark.slow, pytest.mark.faults]
 
 
 @pytest.fixture(scope="module")

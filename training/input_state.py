@@ -22,6 +22,13 @@ ranks, which have no model saver, by applying the Estimator's rule themselves (e
 written last, via a temporary name and a rename, and names the data order the state belongs
 to: a state is used only when its marker exists and matches, so a kill -9 in the middle of a
 save leaves no usable half.
+
+The marker also records how many records the saving run's pipeline skipped when it was built
+(a run that resumed without a state skips what was consumed: `training.resume`). A saved
+iterator restores only into a pipeline of the same structure, so a later resume builds the
+pipeline with that same skip and restores the state over it: the state already holds the skip
+as done, so nothing is re-read. (A pipeline built without the skip cannot take such a state:
+that is how a second kill after a skipping resume once stopped the next resume.)
 """
 import hashlib
 import json
@@ -64,21 +71,27 @@ class InputStateStore:
         """Checkpoint prefix of the snapshot at `micro_step`."""
         return os.path.join(self.directory, f"micro_step-{micro_step}")
 
-    def has(self, micro_step):
-        """Whether a committed snapshot of this data order exists at `micro_step`."""
+    def pipeline_skip(self, micro_step):
+        """The records skipped when the pipeline of the committed snapshot at `micro_step` was
+        built (rebuild it so to restore the snapshot), or None when there is no committed
+        snapshot of this data order there."""
         marker = read_json(self.path(micro_step) + ".json")
-        return bool(marker) and marker.get("order_id") == self.order_id \
-            and marker.get("micro_step") == micro_step
+        if not marker or marker.get("order_id") != self.order_id \
+                or marker.get("micro_step") != micro_step:
+            return None
+        return int(marker.get("skip_records", 0))
 
-    def save(self, session, saver, micro_step):
-        """Saves the iterator through `saver` under `micro_step`, then commits the marker."""
+    def save(self, session, saver, micro_step, skip_records=0):
+        """Saves the iterator through `saver` under `micro_step`, then commits the marker;
+        `skip_records`: what the pipeline skipped when it was built."""
         tf.io.gfile.makedirs(self.directory)
         prefix = self.path(micro_step)
         if tf.io.gfile.exists(prefix + ".json"):  # a previous data order's: uncommit first
             tf.io.gfile.remove(prefix + ".json")
         saver.save(session, prefix, write_meta_graph=False, write_state=False)
-        write_json_atomically(prefix + ".json",
-                              {"micro_step": micro_step, "order_id": self.order_id})
+        write_json_atomically(prefix + ".json", {"micro_step": micro_step,
+                                                 "order_id": self.order_id,
+                                                 "skip_records": skip_records})
         self._prune()
         return prefix
 
@@ -117,11 +130,13 @@ class InputStateHook(tf1.train.SessionRunHook):
     """
 
     def __init__(self, store, save_checkpoints_steps, global_step, restore_micro_step=None,
-                 is_chief=True):
+                 is_chief=True, skip_records=0):
         """`global_step` and `restore_micro_step` are the resumed checkpoint's, read from the
         shared output folder: every rank starts from the same values as rank 0's Estimator,
-        whatever order the hooks (and Horovod's broadcast) run in."""
+        whatever order the hooks (and Horovod's broadcast) run in. `skip_records`: what the
+        pipeline of `input_fn` skips when built (recorded with every snapshot)."""
         self._store = store
+        self._skip_records = skip_records
         self._restore_micro_step = restore_micro_step
         every = save_checkpoints_steps if save_checkpoints_steps and not is_chief else None
         self._timer = tf1.train.SecondOrStepTimer(every_steps=every) if every else None
@@ -192,6 +207,6 @@ class InputStateHook(tf1.train.SessionRunHook):
         micro_step = int(session.run(self._micro_step))
         if micro_step == self._last_saved:
             return
-        path = self._store.save(session, self._saver, micro_step)
+        path = self._store.save(session, self._saver, micro_step, self._skip_records)
         self._last_saved = micro_step
         logging.info("input state saved: %s", path)

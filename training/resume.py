@@ -7,7 +7,8 @@ data stream from the checkpoint's `micro_step` (micro-batches it consumed):
 - from its saved input-pipeline state for that micro-step (`training.input_state`): O(1);
 - when there is none (killed between the model and input writes, a folder written by an
   older version): by rebuilding the seeded pipeline and skipping the records consumed since
-  the data order began: exact, but each rank re-reads them, so a warning says so.
+  the data order began: exact, but each rank re-reads them, so a warning says so. The
+  states this run saves restore later into a pipeline rebuilt with the same skip.
 The data settings must be those the checkpoint was trained with (`training.data_order`,
 checked on every rank before training). SIGTERM/SIGINT save a checkpoint and end the run
 cleanly (`PreemptionHook`); the input state is saved at the same moment.
@@ -46,17 +47,20 @@ def _input_position(training_input, output_dir, workers, save_checkpoints_steps,
         data_order.record(output_dir, order)
     store = InputStateStore(output_dir, workers.rank, stream_id(order, training_input.files))
     consumed = micro_step - order[data_order.START]
-    restore = consumed > 0 and store.has(micro_step)
-    skip = 0 if restore or consumed <= 0 else consumed * training_input.batch_size
-    if restore:
+    saved_skip = store.pipeline_skip(micro_step) if consumed > 0 else None
+    restore = saved_skip is not None
+    if restore:  # the pipeline as it was saved: the state holds its skip as done
+        skip = saved_skip
         logging.info("rank %d resumes its input from %s (micro_step %d): 0 records skipped",
                      workers.rank, store.path(micro_step), micro_step)
-    elif skip:
-        logging.warning("rank %d: no input state for micro_step %d in %s: rebuilding the "
-                        "input pipeline and skipping %d records (exact, but slower)",
-                        workers.rank, micro_step, store.directory, skip)
+    else:
+        skip = max(consumed, 0) * training_input.batch_size
+        if skip:
+            logging.warning("rank %d: no input state for micro_step %d in %s: rebuilding the "
+                            "input pipeline and skipping %d records (exact, but slower)",
+                            workers.rank, micro_step, store.directory, skip)
     hook = InputStateHook(store, save_checkpoints_steps, global_step,
-                          micro_step if restore else None, workers.is_chief)
+                          micro_step if restore else None, workers.is_chief, skip)
     return skip, hook
 
 

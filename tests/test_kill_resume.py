@@ -1,0 +1,118 @@
+"""kill -9 at three seeded moments of create_pretraining_data.py and run_classifier.py, then a
+rerun: the data is byte-identical to an uninterrupted run's and no part of a file passes as
+whole; the fine-tuned weights equal an uninterrupted run's, bit for bit. (run_pretraining.py:
+tests/test_resume_position.py; bertPrep.py create_tfrecord_files:
+tests/test_bertprep_resume.py.)"""
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from kill_support import (assert_same_weights, file_digests, kill_when, seeded_moments,
+                          train_killed_at_checkpoints)
+
+pytestmark = pytest.mark.faults
+
+WORDS = [f"w{index}" for index in range(300)]
+SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "."]
+
+
+def write_vocab(path):
+    path.write_text("\n".join(SPECIAL + WORDS) + "\n")
+    return path
+
+
+def write_corpus(path, documents, seed=0):
+    """Google's input format: a sentence a line, a blank line between documents."""
+    rng = np.random.default_rng(seed)
+    lines = []
+    for _ in range(documents):
+        for _ in range(int(rng.integers(3, 20))):
+            lines.append(" ".join(rng.choice(WORDS, int(rng.integers(4, 12)))) + " .")
+        lines.append("")
+    path.write_text("\n".join(lines))
+    return path
+
+
+def test_create_pretraining_data_killed_three_times_rewrites_identical_bytes(tmp_path,
+                                                                             repo_root):
+    """Two output files, ~28k instances in 7 write batches; killed once its temporaries exist
+    (reading, planning) or hold a seeded share of the output: only `*.tmp-<pid>` files
+    remain (or, killed between the two renames, a complete file); a rerun writes the bytes
+    of an uninterrupted run and no temporary."""
+    corpus, vocab = write_corpus(tmp_path / "input.txt", 3000), write_vocab(tmp_path / "v.txt")
+
+    def args(folder):
+        folder.mkdir(exist_ok=True)
+        return [sys.executable, "create_pretraining_data.py", f"--input_file={corpus}",
+                f"--output_file={folder / 'a.tfrecord'},{folder / 'b.tfrecord'}",
+                f"--vocab_file={vocab}", "--max_seq_length=32", "--max_predictions_per_seq=5",
+                "--dupe_factor=2"]
+
+    reference = tmp_path / "reference"
+    subprocess.run(args(reference), cwd=repo_root, check=True, capture_output=True,
+                   timeout=300)
+    expected = file_digests(reference)
+    total = sum((reference / name).stat().st_size for name in expected)
+    out = tmp_path / "out"
+
+    def written_at_least(size):
+        def ready():
+            temporaries = [p for p in out.iterdir() if ".tmp-" in p.name]
+            return bool(temporaries) and sum(p.stat().st_size for p in temporaries) >= size
+        return ready
+
+    # up to 70% of the bytes: the last batch (~15%) is still to be built when the kill lands
+    for size in seeded_moments("create_pretraining_data", [0] + [total * k // 20
+                                                                 for k in range(1, 15)]):
+        kill_when(args(out), written_at_least(size), tmp_path / f"killed-at-{size}.log",
+                  cwd=repo_root)
+        for name, digest in file_digests(out).items():
+            assert re.fullmatch(r"[ab]\.tfrecord\.tmp-\d+", name) or digest == expected[name], \
+                f"{name} after a kill at {size} of {total} bytes"
+    rerun = subprocess.run(args(out), cwd=repo_root, capture_output=True, text=True,
+                           timeout=300)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert file_digests(out) == expected
+
+
+@pytest.fixture(scope="module")
+def classifier(tmp_path_factory):
+    """An SST-2-style task (label: parity of the words' numbers) and a tiny BERT."""
+    from modeling import named_config
+    root = tmp_path_factory.mktemp("classifier")
+    rng = np.random.default_rng(1)
+    rows = []
+    for _ in range(160):
+        words = rng.choice(WORDS, int(rng.integers(4, 12)))
+        rows.append(f"{' '.join(words)}\t{sum(int(w[1:]) for w in words) % 2}")
+    (root / "data").mkdir()
+    (root / "data" / "train.tsv").write_text("sentence\tlabel\n" + "\n".join(rows) + "\n")
+    write_vocab(root / "vocab.txt")
+    named_config("tiny").replace(vocab_size=len(SPECIAL) + len(WORDS)).to_json_file(
+        str(root / "bert_config.json"))
+    return root
+
+
+def test_run_classifier_killed_three_times_resumes_bit_identical(classifier, tmp_path,
+                                                                 repo_root):
+    """Fine-tuning (dropout, accumulation 2, 20 steps) killed at three seeded checkpoints, the
+    third resume without input states (skipping records): the final weights equal an
+    uninterrupted run's, bit for bit."""
+    def args(output):
+        return [sys.executable, "run_classifier.py", "--task_name=SST-2",
+                f"--data_dir={classifier / 'data'}", f"--vocab_file={classifier / 'vocab.txt'}",
+                f"--bert_config_file={classifier / 'bert_config.json'}", "--do_train",
+                "--max_seq_length=16", "--train_batch_size=8", "--num_train_epochs=2",
+                "--num_accumulation_steps=2", "--save_checkpoints_steps=2",
+                "--display_loss_steps=1", f"--output_dir={output}"]
+
+    reference, run = tmp_path / "reference", tmp_path / "interrupted"
+    subprocess.run(args(reference), cwd=repo_root, check=True, capture_output=True,
+                   timeout=300)
+    moments = seeded_moments("run_classifier", list(range(0, 17, 2)))
+    train_killed_at_checkpoints(args(run), run, moments, 20, tmp_path, repo_root,
+                                drop_input_states_before=2)
+    assert_same_weights(reference / "model.ckpt-20", run / "model.ckpt-20")
