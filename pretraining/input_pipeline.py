@@ -4,6 +4,9 @@ Records are those of Google's `create_pretraining_data.py` (ours writes the same
 feature names, types and lengths below. The reading itself (deterministic order, exact
 resume, per-rank sharding) is `training.records`, shared with fine-tuning.
 
+Files named `<records>.meta.json` are the records' metadata (`data_prep.record_metadata`),
+never input; `pretraining.record_checks` reads them.
+
 Under Horovod, pre-training shards by whole files only: with fewer files than ranks it
 refuses to start (InputError) instead of having every rank read every file and keep 1/N of
 the records, which multiplies the I/O by the number of ranks without saying so.
@@ -12,9 +15,9 @@ import os
 
 import tensorflow as tf
 
+from data_prep.record_metadata import is_metadata_name
 from training.records import TrainingInput, record_dataset, record_input_fn
 
-tf1 = tf.compat.v1
 
 
 class InputError(ValueError):
@@ -34,10 +37,23 @@ def feature_spec(max_seq_length, max_predictions_per_seq):
     }
 
 
+def value_ranges(vocab_size, type_vocab_size, max_seq_length):
+    """{feature: (low, high, why)}: the values the model can take. A token id >= vocab_size
+    fails the embedding lookup on a CPU and reads zeros on a GPU; the input pipeline checks
+    them instead (`training.record_guard`)."""
+    vocab = "the config's vocab_size"
+    return {"input_ids": (0, vocab_size, vocab), "masked_lm_ids": (0, vocab_size, vocab),
+            "segment_ids": (0, type_vocab_size, "the config's type_vocab_size"),
+            "masked_lm_positions": (0, max_seq_length, "--max_seq_length"),
+            "input_mask": (0, 2, "a mask is 0 or 1"),
+            "next_sentence_labels": (0, 2, "a label is 0 or 1")}
+
+
 def _is_input_name(name):
-    """Hidden files and writers' unfinished outputs (`*.tmp*`, e.g. the `<file>.tmp-<pid>` a
-    killed create_pretraining_data.py leaves) are never input, however they were named."""
-    return not name.startswith(".") and ".tmp" not in name
+    """Hidden files, writers' unfinished outputs (`*.tmp*`, e.g. the `<file>.tmp-<pid>` a
+    killed create_pretraining_data.py leaves) and the records' metadata files are never
+    input, however they were named."""
+    return not name.startswith(".") and ".tmp" not in name and not is_metadata_name(name)
 
 
 def list_input_files(path_or_glob):
@@ -61,39 +77,6 @@ def list_input_files(path_or_glob):
     return files
 
 
-def _first_record(path):
-    try:
-        for record in tf1.io.tf_record_iterator(path):
-            return record
-    except tf.errors.OpError as err:
-        raise InputError(f"{path}: not a readable TFRecord file ({err.message.splitlines()[0]})") from None
-    return None
-
-
-def check_records_match(files, max_seq_length, max_predictions_per_seq):
-    """Reads the first record of the first non-empty file and checks its lengths against the
-    flags, so a phase-2 run pointed at phase-1 data fails at start-up in one line."""
-    for path in files:
-        record = _first_record(path)
-        if record is None:
-            continue
-        example = tf.train.Example.FromString(record)
-        features = example.features.feature
-        missing = [name for name in feature_spec(1, 1) if name not in features]
-        if missing:
-            raise InputError(f"{path}: not a pre-training record (no feature {missing[0]!r})")
-        seq = len(features["input_ids"].int64_list.value)
-        predictions = len(features["masked_lm_positions"].int64_list.value)
-        if seq != max_seq_length:
-            raise InputError(f"{path}: records have sequence length {seq} but "
-                             f"--max_seq_length={max_seq_length}")
-        if predictions != max_predictions_per_seq:
-            raise InputError(f"{path}: records have {predictions} masked-LM predictions but "
-                             f"--max_predictions_per_seq={max_predictions_per_seq}")
-        return
-    raise InputError(f"{files[0]}: input files hold no records")
-
-
 def check_file_sharding(files, ranks):
     """Each rank reads whole files: refuses (InputError) fewer files than ranks."""
     if len(files) < ranks:
@@ -105,14 +88,19 @@ def check_file_sharding(files, ranks):
 
 
 def training_input(files, batch_size, max_seq_length, max_predictions_per_seq, seed, ranks,
-                   rank, shuffle_buffer):
+                   rank, shuffle_buffer, ranges=None, skip_bad_records=False,
+                   record_counts=None):
     """This rank's pre-training stream (`training.records.TrainingInput`), whole files per
-    rank; raises InputError when there are fewer files than ranks."""
+    rank; raises InputError when there are fewer files than ranks. `ranges`
+    (`value_ranges`), `skip_bad_records` and `record_counts`: see
+    `training.records.record_dataset`."""
     check_file_sharding(files, ranks)
     return TrainingInput(tuple(files), batch_size,
                          feature_spec(max_seq_length, max_predictions_per_seq), seed=seed,
                          num_shards=ranks, shard_index=rank, shard_by="files",
-                         shuffle_buffer=shuffle_buffer)
+                         shuffle_buffer=shuffle_buffer, value_ranges=ranges,
+                         skip_bad_records=skip_bad_records,
+                         record_counts=tuple(record_counts) if record_counts else None)
 
 
 def make_dataset(files, batch_size, max_seq_length, max_predictions_per_seq, is_training,

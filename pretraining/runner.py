@@ -8,6 +8,11 @@ seeded by the micro-step counter, so a resumed run reproduces the uninterrupted 
 
 Every run logs its plan (`pretraining.plan`: the effective global batch, learning rate and
 steps for this number of ranks) at start-up.
+
+Input: every file is checked at start-up, before anything is written
+(`pretraining.record_checks`: metadata and first record); a bad record found later while
+training stops the run with one line naming its file and record, or, with
+--skip_bad_records, is skipped and counted up to --max_bad_records (`training.record_guard`).
 """
 import math
 import os
@@ -18,13 +23,16 @@ from absl import logging
 
 from modeling import BertConfig, ConfigError
 from modeling.checkpoints import CheckpointError
-from pretraining.input_pipeline import (InputError, check_records_match, list_input_files,
-                                        make_input_fn, training_input)
+from pretraining.input_pipeline import (InputError, feature_spec, list_input_files,
+                                        make_input_fn, training_input, value_ranges)
 from pretraining.model_fn import make_model_fn
 from pretraining.plan import plan_line, pretraining_plan
+from pretraining.record_checks import check_input_files
 from training.distributed import Workers
+from training.failures import explained_failures
 from training.flops import peak_tflops_for_device, training_flops_per_sequence
 from training.hooks import StepLoggingHook, WeightsFingerprintHook
+from training.record_guard import BadRecordLimitHook
 from training.resume import train_resuming
 from training.run_config import make_run_config
 from training.run_lock import run_lock
@@ -59,6 +67,8 @@ def _validate(flags, config):
     if not (math.isfinite(flags.init_loss_scale) and flags.init_loss_scale >= 1.0):
         raise UsageError(f"--init_loss_scale={flags.init_loss_scale} must be a finite number "
                          ">= 1 (NVIDIA's default is 2**32)")
+    if flags.max_bad_records < 0:
+        raise UsageError("--max_bad_records must be >= 0")
     if flags.learning_rate <= 0 or flags.num_train_steps <= 0 or flags.num_warmup_steps < 0:
         raise UsageError("--learning_rate and --num_train_steps must be positive and "
                          "--num_warmup_steps >= 0")
@@ -91,16 +101,19 @@ def _run(flags, workers):
         log_plan(results["plan"], flags.dllog_path if flags.do_train else None)
 
     train_files = eval_files = None
+    ranges = value_ranges(config.vocab_size, config.type_vocab_size, flags.max_seq_length)
     if flags.do_train:
         train_files = list_input_files(flags.input_files_dir)
-        check_records_match(train_files, flags.max_seq_length, flags.max_predictions_per_seq)
+        record_counts = check_input_files(train_files, flags.max_seq_length,
+                                          flags.max_predictions_per_seq, config)
         train_input = training_input(
             train_files, flags.train_batch_size, flags.max_seq_length,
             flags.max_predictions_per_seq, flags.seed, workers.size, workers.rank,
-            flags.shuffle_buffer)
+            flags.shuffle_buffer, ranges, flags.skip_bad_records, record_counts)
     if flags.do_eval:
         eval_files = list_input_files(flags.eval_files_dir)
-        check_records_match(eval_files, flags.max_seq_length, flags.max_predictions_per_seq)
+        check_input_files(eval_files, flags.max_seq_length, flags.max_predictions_per_seq,
+                          config)
 
     settings = TrainingSettings(
         bert_config=config, learning_rate=results["plan"]["peak_learning_rate"],
@@ -137,21 +150,29 @@ def _run(flags, workers):
 
     if flags.do_train:
         extra = [WeightsFingerprintHook(workers.rank)] if workers.use_horovod else []
+        bad_records = (BadRecordLimitHook(flags.max_bad_records, workers, flags.input_files_dir)
+                       if flags.skip_bad_records else None)
         preemption = train_resuming(estimator, train_input, flags.output_dir,
                                     flags.num_train_steps, workers,
                                     flags.save_checkpoints_steps, extra,
-                                    reset_data_position=flags.reset_data_position)
+                                    reset_data_position=flags.reset_data_position,
+                                    bad_records=bad_records)
         if preemption is not None:
             if log_hooks:
                 results["train"] = log_hooks[-1].summary()
+            if bad_records is not None:
+                results.setdefault("train", {})["bad_records_skipped"] = bad_records.total
             results["preempted"] = preemption.received is not None
             if preemption.received is not None:
                 return results
 
     if flags.do_eval and workers.is_chief:
         input_fn = make_input_fn(eval_files, flags.eval_batch_size, flags.max_seq_length,
-                                 flags.max_predictions_per_seq, False)
-        metrics = estimator.evaluate(input_fn, steps=flags.max_eval_steps)
+                                 flags.max_predictions_per_seq, False, value_ranges=ranges)
+        with explained_failures(flags.output_dir, eval_files,
+                                feature_spec(flags.max_seq_length, flags.max_predictions_per_seq),
+                                ranges):
+            metrics = estimator.evaluate(input_fn, steps=flags.max_eval_steps)
         results["eval"] = {k: float(v) for k, v in metrics.items()}
         path = os.path.join(flags.output_dir, "eval_results.txt")
         with tf.io.gfile.GFile(path, "w") as writer:

@@ -36,3 +36,14 @@ def write_random_records(path, count, seq_length=16, predictions=3, vocab_size=1
             }
             writer.write(tf.train.Example(
                 features=tf.train.Features(feature=feature)).SerializeToString())
+
+
+def rewrite_record(path, index, change):
+    """Rewrites record `index` of `path` after `change(example)` edits it in place."""
+    records = list(tf.compat.v1.io.tf_record_iterator(str(path)))
+    example = tf.train.Example.FromString(records[index])
+    change(example)
+    records[index] = example.SerializeToString()
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for record in records:
+            writer.write(record)

@@ -38,7 +38,8 @@ def command(wd, vocab, processes):
 
 def records(wd):
     folder = os.path.join(wd, RECORDS)
-    return {name: os.path.join(folder, name) for name in os.listdir(folder)}
+    return {name: os.path.join(folder, name) for name in os.listdir(folder)
+            if not name.endswith(".meta.json")}
 
 
 def test_killed_run_resumes_with_only_unfinished_shards(shared_data, minilm_vocab, tmp_path):

@@ -70,6 +70,18 @@ class InputStateStore:
         return bool(marker) and marker.get("order_id") == self.order_id \
             and marker.get("micro_step") == micro_step
 
+    def latest_bytes(self):
+        """Size of the most recent committed snapshot (what the next one will take, about)."""
+        if not tf.io.gfile.isdir(self.directory):
+            return 0
+        names = tf.io.gfile.listdir(self.directory)
+        committed = [int(m.group(1)) for m in map(_NAME.match, names) if m and m.group(2) == "json"]
+        if not committed:
+            return 0
+        prefix = f"micro_step-{max(committed)}."
+        return sum(tf.io.gfile.stat(os.path.join(self.directory, name)).length
+                   for name in names if name.startswith(prefix))
+
     def save(self, session, saver, micro_step):
         """Saves the iterator through `saver` under `micro_step`, then commits the marker."""
         tf.io.gfile.makedirs(self.directory)
@@ -91,6 +103,29 @@ class InputStateStore:
                   if not (_NAME.match(name) and int(_NAME.match(name).group(1)) in kept)]
         for name in sorted(doomed, key=lambda n: not n.endswith(".json")):  # markers first
             tf.io.gfile.remove(os.path.join(self.directory, name))
+
+
+def rank_directories(output_dir):
+    """Every rank's snapshot folder under `output_dir`."""
+    root = os.path.join(output_dir, STATE_DIR)
+    if not tf.io.gfile.isdir(root):
+        return []
+    return [os.path.join(root, name.rstrip("/")) for name in sorted(tf.io.gfile.listdir(root))
+            if name.startswith("rank-")]
+
+
+def remove_uncommitted(directory):
+    """Deletes one rank's snapshot files that have no committed marker (a save that failed
+    or was killed half-way: never used, only taking space). Returns their paths."""
+    if not tf.io.gfile.isdir(directory):
+        return []
+    names = tf.io.gfile.listdir(directory)
+    committed = {m.group(1) for m in map(_NAME.match, names) if m and m.group(2) == "json"}
+    doomed = [os.path.join(directory, name) for name in names
+              if _NAME.match(name) and _NAME.match(name).group(1) not in committed]
+    for path in doomed:
+        tf.io.gfile.remove(path)
+    return doomed
 
 
 class _SaveBeforeModelCheckpoint(tf1.train.CheckpointSaverListener):
