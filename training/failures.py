@@ -6,6 +6,9 @@ Two failures come from the world rather than from a bug, so they are explained:
 - a bad input record (unreadable framing, unparsable, a value out of range): TensorFlow's
   error names neither file nor record, so the files are scanned again for the first bad
   record (`training.record_scan`) and BadRecordError names it.
+Under Horovod, the other ranks of a rank that failed so see only "Horovod has been shut
+down" in their next collective: they say in one line that another rank failed
+(PeerFailedError), and the failed rank's line says why.
 Any other error is left as it is (a bug deserves its traceback).
 """
 import contextlib
@@ -15,6 +18,13 @@ from absl import logging
 
 from training.disk_space import DiskFullError, disk_full_cause, shortage
 from training.record_scan import BadRecordError, locate_bad_record
+
+_PEER_FAILED = "Horovod has been shut down"
+
+
+class PeerFailedError(RuntimeError):
+    """Another Horovod rank failed (a RuntimeError: entry points print it in one line)."""
+
 
 # Lines of a TensorFlow graph-execution error that frame the cause rather than state it.
 _OP_ERROR_FRAMING = ("Graph execution error", "Detected at node", "File ", "Node:", "[[")
@@ -64,4 +74,7 @@ def explained_failures(output_dir, files, spec, value_ranges=None, space=None,
                 shown = files[0] + (f" and {len(files) - 1} other files" if len(files) > 1 else "")
                 where = f"{shown}: reading the records failed: {op_error_summary(err)}"
             raise BadRecordError(where) from None
+        if isinstance(err, tf.errors.OpError) and _PEER_FAILED in (err.message or ""):
+            raise PeerFailedError(f"{output_dir}: this rank stopped because another rank "
+                                  "failed (that rank's error line says why)") from None
         raise

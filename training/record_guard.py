@@ -102,8 +102,14 @@ def drop_bad_records(dataset, spec, value_ranges):
         total = total + (index - previous - 1) + bad
         return (index, total), (dict(features, **{BAD_RECORDS: total}), keep)
 
+    def kept(features, keep):
+        return keep
+
+    def features_only(features, keep):
+        return features
+
     dataset = dataset.scan((tf.constant(-1, tf.int64), tf.constant(0, tf.int64)), count)
-    return dataset.filter(lambda features, keep: keep).map(lambda features, keep: features)
+    return dataset.filter(kept).map(features_only)
 
 
 class BadRecordLimitError(RuntimeError):
