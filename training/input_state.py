@@ -41,10 +41,12 @@ KEEP = 3
 _NAME = re.compile(r"^micro_step-(\d+)\.(json|index|data-\d+-of-\d+)$")
 
 
-def stream_id(order, files):
-    """Names the exact stream a snapshot belongs to: the resolved data order (with its start)
-    and the files' full paths, which the saved interleave state reopens by name."""
-    text = json.dumps({"order": order, "files": list(files)}, sort_keys=True)
+def stream_id(order, files, pipeline_version):
+    """Names the exact stream a snapshot belongs to: the resolved data order (with its start),
+    the files' full paths, which the saved interleave state reopens by name, and the version
+    of the pipeline's structure (a snapshot restores only into the same structure)."""
+    text = json.dumps({"order": order, "files": list(files), "pipeline": pipeline_version},
+                      sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()
 
 

@@ -4,11 +4,11 @@ A bad record is one that cannot be read (corrupt or truncated framing), cannot b
 with the feature spec (missing feature, another length), or holds a value outside the range
 the model can take (`value_ranges`, e.g. token ids >= the config's vocab_size). The value
 check matters on GPUs: there an embedding lookup with an out-of-range id silently returns
-zeros instead of failing, so it is checked here, on the CPU, in the input pipeline
-(a comparison and a reduction per feature of each record: nothing next to a training step).
+zeros instead of failing, so it is checked here, on the CPU, in the input pipeline.
 
-Strict mode (`assert_in_range`): an out-of-range record fails the input pipeline, like a
-corrupt or unparsable one; `training.failures` then names the file and record.
+Strict mode (`assert_in_range`, on each batch: vectorised, as fast as no check): an
+out-of-range record fails the input pipeline, like a corrupt or unparsable one;
+`training.failures` then names the file and record.
 
 Tolerant mode (`read_file_tolerantly` + `drop_bad_records`, pre-training's
 --skip_bad_records): bad records are dropped and counted, and the running count travels
@@ -37,7 +37,7 @@ _IS_RECORD = -1      # the "lost" tag of a real record; end-of-file markers carr
 
 def in_range(features, value_ranges):
     """Whether every value of `features[name]` lies in [low, high) for each
-    `value_ranges[name] = (low, high, why)` (a scalar bool for one record)."""
+    `value_ranges[name] = (low, high, why)` (one scalar bool, for a record or a batch)."""
     checks = [tf.reduce_all((features[name] >= low) & (features[name] < high))
               for name, (low, high, _) in sorted(value_ranges.items())]
     return tf.reduce_all(tf.stack(checks)) if checks else tf.constant(True)

@@ -25,6 +25,7 @@ from training.disk_space import (CheckpointSpaceListener, remove_partial_writes,
 from training.failures import explained_failures
 from training.hooks import PreemptionHook
 from training.input_state import InputStateHook, InputStateStore, stream_id
+from training.records import PIPELINE_VERSION
 from training.train_step import MICRO_STEP_NAME
 
 tf1 = tf.compat.v1
@@ -49,7 +50,8 @@ def _input_position(training_input, output_dir, workers, save_checkpoints_steps,
                                reset_data_position)
     if workers.is_chief:
         data_order.record(output_dir, order)
-    store = InputStateStore(output_dir, workers.rank, stream_id(order, training_input.files))
+    store = InputStateStore(output_dir, workers.rank,
+                            stream_id(order, training_input.files, PIPELINE_VERSION))
     consumed = micro_step - order[data_order.START]
     restore = consumed > 0 and store.has(micro_step)
     skip = 0 if restore or consumed <= 0 else consumed * training_input.batch_size
