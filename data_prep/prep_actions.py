@@ -10,7 +10,8 @@ Each action reads what the previous one wrote, found by name under the working d
         <dataset>_training_<i>.txt, <dataset>_test_<i>.txt    one sentence a line, blank line
                                                               between documents
     tfrecord_lower_case_<0|1>_seq_len_<S>_max_pred_<P>_masked_lm_prob_<p>_random_seed_<R>_dupe_factor_<D>[_wwm]/<dataset>/
-        <dataset>_training_<i>.tfrecord, <dataset>_test_<i>.tfrecord
+        <dataset>_training_<i>.tfrecord, <dataset>_test_<i>.tfrecord   (each with its
+                                                    <file>.meta.json, data_prep.record_metadata)
 
 Folder names carry the options that change their content, so runs with different options
 never mix and each later action finds its input from the same flags.  Not in the names: the
