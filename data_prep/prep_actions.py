@@ -13,7 +13,8 @@ Each action reads what the previous one wrote, found by name under the working d
     tfrecord_lower_case_<0|1>_seq_len_<S>_random_seed_<R>_dupe_factor_<D>_dynamic[_packed_<k>]/<dataset>/
         <dataset>_training_<i>.tfrecord, <dataset>_test_<i>.tfrecord  (in the second folder
                                           with --masking dynamic: unmasked records; with
-                                          --pack: rows of up to k instances)
+                                          --pack: rows of up to k instances; each file
+                                          with its <file>.meta.json, data_prep.record_metadata)
 
 Folder names carry the options that change their content, so runs with different options
 never mix and each later action finds its input from the same flags.  Not in the names: the

@@ -62,7 +62,10 @@ missing vocabulary, unwritable output) raise ``DataPrepError``, whose message is
 on any failure the temporary files are removed, so a record file under its final name is
 always complete.  A killed run cannot remove them: the next run over the same outputs does
 (those of a pid no longer running, ``data_prep.temporaries``), and input globs skip them.  Invalid UTF-8 is an error (Google's script crashes with a traceback):
-the message names the file and the byte offset of the first bad byte.
+the message names the file and the byte offset of the first bad byte.  Each output gets a
+``<output>.meta.json`` beside it (``data_prep.record_metadata``: vocabulary, lengths, record
+count, masking kind), renamed into place just before the records, so pre-training can check
+every file at start-up.
 """
 from __future__ import annotations
 
@@ -78,7 +81,7 @@ from typing import Iterable, List, Optional, Sequence, Union
 import numpy as np
 from absl import logging
 
-from data_prep import packing, tfrecord_writer
+from data_prep import packing, record_metadata, tfrecord_writer
 from data_prep.temporaries import is_temporary, remove_stale_temporaries
 
 # Instances built, masked, serialised and written per step (fixed: the random streams are
@@ -764,8 +767,12 @@ def write_instances(corpus: Corpus, output_files: Sequence[str], vocab: VocabInf
                         raise DataPrepError(writer.path, f"cannot write output: "
                                                          f"{e.strerror or e}") from None
             records_before += len(features["input_ids"])
+        vocab_hash = record_metadata.vocab_sha256(vocab.id_to_token)
         for writer in writers:
-            try:
+            try:  # the metadata first: a record file under its final name always has it
+                record_metadata.write(writer.path, record_metadata.describe(
+                    writer.records, options.max_seq_length, options.max_predictions_per_seq,
+                    vocab.size, vocab_hash, options.masking, options.max_sequences_per_row))
                 writer.commit()
             except OSError as e:
                 raise DataPrepError(writer.path, f"cannot write output: {e.strerror or e}") \
@@ -820,7 +827,8 @@ def create_pretraining_tfrecords(input_files: Union[str, Sequence[str]],
         if os.path.isdir(path):
             raise DataPrepError(path, "output path is a directory")
     for folder, names in itertools.groupby(sorted(output_files, key=_folder), key=_folder):
-        remove_stale_temporaries(folder, names)  # left by a killed run of these outputs
+        names = list(names)  # left by a killed run of these outputs (and their metadata):
+        remove_stale_temporaries(folder, names + [record_metadata.metadata_path(n) for n in names])
     if len(set(map(os.path.abspath, output_files))) != len(output_files):
         raise DataPrepError(",".join(output_files), "the same output file is named twice")
     files = expand_input_files(input_files)

@@ -15,6 +15,8 @@ import tensorflow as tf
 from absl import logging
 
 from modeling.checkpoints import CheckpointError, checkpoint_variables
+from training.disk_space import DiskFullError, disk_full_cause, free_bytes, shortage
+from training.failures import op_error_summary
 
 tf1 = tf.compat.v1
 
@@ -47,24 +49,35 @@ def export_saved_model(estimator, task, export_dir, max_seq_length, checkpoint_p
 
     `assets.extra/` carries what a client needs to feed the model: the vocabulary and
     `bert_task.json` (task, labels, sequence length, casing, SQuAD window settings).
-    The checkpoint is checked first (`check_exportable`), and no `temp-*` folder is left in
-    `export_dir`, neither by a failed export nor by an earlier interrupted one.
+    The checkpoint is checked first (`check_exportable`), and so is the free space (the
+    variables' and graph's bytes; DiskFullError, as for a disk that fills during the export). No
+    `temp-*` folder is left in `export_dir`, neither by a failed export nor by an earlier
+    interrupted one.
     """
     remove_temp_exports(export_dir)
     checkpoint_path = checkpoint_path or tf1.train.latest_checkpoint(estimator.model_dir)
-    check_exportable(estimator, task, max_seq_length, checkpoint_path)
+    need = check_exportable(estimator, task, max_seq_length, checkpoint_path)
+    free = free_bytes(export_dir)
+    if free is not None and free < need:
+        raise DiskFullError(_export_shortage(export_dir, need))
     try:
         return _write_saved_model(estimator, task, export_dir, max_seq_length, checkpoint_path,
-                                  vocab_file, do_lower_case)
+                                  vocab_file, do_lower_case, need)
     except BaseException:
         remove_temp_exports(export_dir)
         raise
 
 
+def _export_shortage(export_dir, need, cause=None):
+    return shortage(export_dir, need, "its variables and graph", cause, subject="the SavedModel",
+                    remedy="free space and rerun the same command")
+
+
 def _write_saved_model(estimator, task, export_dir, max_seq_length, checkpoint_path,
-                       vocab_file, do_lower_case):
+                       vocab_file, do_lower_case, need):
     """The Estimator export with the task's assets; TensorFlow errors become one line
-    (`RuntimeError`, which the driver reports) instead of a traceback."""
+    (`RuntimeError`, which the driver reports) instead of a traceback; a full disk a
+    DiskFullError saying how much the export (`need` bytes) takes."""
     metadata = dict(task.metadata(), max_seq_length=max_seq_length,
                     do_lower_case=do_lower_case)
     with tempfile.TemporaryDirectory() as scratch:
@@ -79,24 +92,16 @@ def _write_saved_model(estimator, task, export_dir, max_seq_length, checkpoint_p
                                                 serving_input_receiver_fn(task, max_seq_length),
                                                 assets_extra=assets,
                                                 checkpoint_path=checkpoint_path)
-        except tf.errors.OpError as err:
+        except (tf.errors.OpError, OSError) as err:
+            cause = disk_full_cause(err)
+            if cause is not None:
+                remove_temp_exports(export_dir)  # first: the free space then says what is
+                raise DiskFullError(_export_shortage(export_dir, need, cause)) from None
+            if isinstance(err, OSError):
+                raise
             raise RuntimeError(f"{export_dir}: export of {checkpoint_path} failed: "
-                               f"{_op_error_summary(err)}") from None
+                               f"{op_error_summary(err)}") from None
     return path.decode() if isinstance(path, bytes) else path
-
-
-# Lines of a TensorFlow graph-execution error that frame the cause rather than state it.
-_OP_ERROR_FRAMING = ("Graph execution error", "Detected at node", "File ", "Node:", "[[")
-
-
-def _op_error_summary(err):
-    """The line of a TensorFlow error that says what went wrong (e.g. "Read less bytes than
-    requested"), without the Python stack TensorFlow 2.x puts before it."""
-    for line in (err.message or "").splitlines():
-        line = line.strip()
-        if line and not line.startswith(_OP_ERROR_FRAMING):
-            return line
-    return type(err).__name__
 
 
 def remove_temp_exports(export_dir):
@@ -114,22 +119,27 @@ def remove_temp_exports(export_dir):
     return stale
 
 
-def serving_graph_variables(estimator, task, max_seq_length):
-    """{variable name: trainable} of the graph the Estimator restores for export.
+def serving_graph(estimator, task, max_seq_length):
+    """({variable name: (trainable, bytes)}, bytes of the graph) of the graph the Estimator
+    restores for export: what the check below asks for, and about what the export writes.
 
     Built the way the Estimator builds it (global step, serving inputs, PREDICT `model_fn`)
     in a scratch graph, so the check below asks exactly what the export's restore will.
     """
-    with tf.Graph().as_default():
+    with tf.Graph().as_default() as graph:
         tf1.train.get_or_create_global_step()
         features = serving_input_receiver_fn(task, max_seq_length)().features
         estimator.model_fn(features, None, tf.estimator.ModeKeys.PREDICT, estimator.config)
         trainable = {v.op.name for v in tf1.trainable_variables()}
-        return {v.op.name: v.op.name in trainable for v in tf1.global_variables()}
+        variables = {v.op.name: (v.op.name in trainable,
+                                 v.shape.num_elements() * v.dtype.base_dtype.size)
+                     for v in tf1.global_variables()}
+        return variables, graph.as_graph_def().ByteSize()
 
 
 def check_exportable(estimator, task, max_seq_length, checkpoint_path):
-    """Raises `CheckpointError` (one line) when `checkpoint_path` cannot be exported.
+    """Raises `CheckpointError` (one line) when `checkpoint_path` cannot be exported;
+    returns about the bytes the export writes (its variables and graph).
 
     Without this, exporting a pre-trained (not fine-tuned) checkpoint fails inside the
     Estimator's restore with a NotFoundError traceback about `cls/squad/output_bias`;
@@ -139,9 +149,10 @@ def check_exportable(estimator, task, max_seq_length, checkpoint_path):
         raise CheckpointError(f"{estimator.model_dir}: no checkpoint to export: pass "
                               "--init_checkpoint (a fine-tuned checkpoint) or --do_train")
     present = checkpoint_variables(checkpoint_path)
-    needed = serving_graph_variables(estimator, task, max_seq_length)
+    needed, graph_bytes = serving_graph(estimator, task, max_seq_length)
     missing = sorted(name for name in needed if name not in present)
-    head = [name for name in missing if needed[name] and not name.startswith(ENCODER_SCOPE)]
+    head = [name for name in missing
+            if needed[name][0] and not name.startswith(ENCODER_SCOPE)]
     if head:
         raise CheckpointError(
             f"{checkpoint_path}: has no {task.name} head ({', '.join(head)}): it is not "
@@ -151,6 +162,7 @@ def check_exportable(estimator, task, max_seq_length, checkpoint_path):
         shown = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
         raise CheckpointError(f"{checkpoint_path}: lacks {len(missing)} variable(s) the "
                               f"{task.name} model needs to export: {shown}")
+    return sum(size for _, size in needed.values()) + graph_bytes
 
 
 def read_export_metadata(saved_model_dir):

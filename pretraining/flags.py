@@ -69,6 +69,13 @@ def define_flags(flag_values=flags.FLAGS):
     f.DEFINE_float("peak_tflops", 0.0,
                    "Peak TFLOP/s of one device for the MFU estimate (0: look up the GPU).")
     f.DEFINE_integer("shuffle_buffer", 1000, "Record shuffle window of the input pipeline.")
+    f.DEFINE_bool("skip_bad_records", False,
+                  "Skip and count training records that cannot be read or parsed or hold "
+                  "out-of-range values (a truncated or corrupt file loses its rest), instead "
+                  "of stopping at the first one; for corpora too large to check beforehand.")
+    f.DEFINE_integer("max_bad_records", 1000,
+                     "With --skip_bad_records: stop when more records than this were "
+                     "skipped (over all ranks).")
     f.DEFINE_bool("reset_data_position", False,
                   "Resume a checkpoint whose data settings (ranks, --train_batch_size, --seed, "
                   "--shuffle_buffer, input files; recorded in --output_dir/data_order.json) "

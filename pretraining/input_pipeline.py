@@ -6,6 +6,9 @@ this pipeline masks at every read (`pretraining.dynamic_masking`); `pretraining.
 tells the two apart. The reading itself (deterministic order, exact resume, per-rank
 sharding) is `training.records`, shared with fine-tuning.
 
+Files named `<records>.meta.json` are the records' metadata (`data_prep.record_metadata`),
+never input; `pretraining.record_checks` reads them.
+
 Under Horovod, pre-training shards by whole files only: with fewer files than ranks it
 refuses to start (InputError) instead of having every rank read every file and keep 1/N of
 the records, which multiplies the I/O by the number of ranks without saying so.
@@ -14,12 +17,11 @@ import os
 
 import tensorflow as tf
 
-from pretraining import record_kinds
+from data_prep.record_metadata import is_metadata_name
 from pretraining.dynamic_masking import EVAL_SEED, stream_key, unmasked_feature_spec
 from pretraining.input_errors import InputError
 from training.records import TrainingInput, record_dataset, record_input_fn
 
-tf1 = tf.compat.v1
 
 
 def packed_feature_spec(max_seq_length, sequences_per_row):
@@ -45,10 +47,26 @@ def feature_spec(max_seq_length, max_predictions_per_seq):
     }
 
 
+def value_ranges(vocab_size, type_vocab_size, max_seq_length):
+    """{feature: (low, high, why)}: the values the model can take. A token id >= vocab_size
+    fails the embedding lookup on a CPU and reads zeros on a GPU; the input pipeline checks
+    them instead (`training.record_guard`)."""
+    vocab = "the config's vocab_size"
+    return {"input_ids": (0, vocab_size, vocab), "masked_lm_ids": (0, vocab_size, vocab),
+            "segment_ids": (0, type_vocab_size, "the config's type_vocab_size"),
+            "masked_lm_positions": (0, max_seq_length, "--max_seq_length"),
+            "input_mask": (0, 2, "a mask is 0 or 1"),
+            "next_sentence_labels": (0, 2, "a label is 0 or 1"),
+            # packed rows (data_prep.packing)
+            "position_ids": (0, max_seq_length, "--max_seq_length"),
+            "next_sentence_positions": (0, max_seq_length, "--max_seq_length")}
+
+
 def _is_input_name(name):
-    """Hidden files and writers' unfinished outputs (`*.tmp*`, e.g. the `<file>.tmp-<pid>` a
-    killed create_pretraining_data.py leaves) are never input, however they were named."""
-    return not name.startswith(".") and ".tmp" not in name
+    """Hidden files, writers' unfinished outputs (`*.tmp*`, e.g. the `<file>.tmp-<pid>` a
+    killed create_pretraining_data.py leaves) and the records' metadata files are never
+    input, however they were named."""
+    return not name.startswith(".") and ".tmp" not in name and not is_metadata_name(name)
 
 
 def list_input_files(path_or_glob):
@@ -72,33 +90,6 @@ def list_input_files(path_or_glob):
     return files
 
 
-def _first_record(path):
-    try:
-        for record in tf1.io.tf_record_iterator(path):
-            return record
-    except tf.errors.OpError as err:
-        raise InputError(f"{path}: not a readable TFRecord file ({err.message.splitlines()[0]})") from None
-    return None
-
-
-def check_records_match(files, max_seq_length, max_predictions_per_seq, vocab_size=None,
-                        dynamic_flags=()):
-    """Reads the first record of every non-empty file and checks them against each other and
-    the flags (`record_kinds.check_kinds`), so a phase-2 run pointed at phase-1 data, or a
-    folder mixing static and dynamic-masking records, fails at start-up in one line.
-    Returns the first file's `record_kinds.RecordFacts` (kind STATIC or DYNAMIC, and
-    `sequences_per_row` of packed records), which every file shares."""
-    facts = []
-    for path in files:
-        record = _first_record(path)
-        if record is not None:
-            facts.append(record_kinds.record_facts(path, tf.train.Example.FromString(record)))
-    if not facts:
-        raise InputError(f"{files[0]}: input files hold no records")
-    return record_kinds.check_kinds(facts, max_seq_length, max_predictions_per_seq,
-                                    vocab_size, dynamic_flags)
-
-
 def check_file_sharding(files, ranks):
     """Each rank reads whole files: refuses (InputError) fewer files than ranks."""
     if len(files) < ranks:
@@ -109,6 +100,16 @@ def check_file_sharding(files, ranks):
             f"{ranks})")
 
 
+def reading_spec(max_seq_length, max_predictions_per_seq, dynamic, sequences_per_row=0):
+    """The parsing spec of records of one kind (`dynamic`: unmasked records), packed
+    `sequences_per_row` a row when not 0."""
+    packed = packed_feature_spec(max_seq_length, sequences_per_row) if sequences_per_row \
+        else {}
+    base = (unmasked_feature_spec(max_seq_length) if dynamic
+            else feature_spec(max_seq_length, max_predictions_per_seq))
+    return {**base, **packed}
+
+
 def _reading(max_seq_length, max_predictions_per_seq, masking, is_training, seed=12345,
              shard_index=0, sequences_per_row=0, **_):
     """(spec, batch_fn): how to parse and finish batches of static records (masking None)
@@ -116,27 +117,32 @@ def _reading(max_seq_length, max_predictions_per_seq, masking, is_training, seed
     (seed, rank = shard_index), evaluation from the fixed EVAL_SEED), packed
     `sequences_per_row` a row when not 0. Takes the options of `record_dataset` (the seed
     default is its)."""
-    packed = packed_feature_spec(max_seq_length, sequences_per_row) if sequences_per_row \
-        else {}
+    spec = reading_spec(max_seq_length, max_predictions_per_seq, masking is not None,
+                        sequences_per_row)
     if masking is None:
-        return {**feature_spec(max_seq_length, max_predictions_per_seq), **packed}, None
+        return spec, None
     key = (stream_key(seed, shard_index, "train") if is_training
            else stream_key(EVAL_SEED, 0, "eval"))
-    return {**unmasked_feature_spec(max_seq_length), **packed}, masking.batch_fn(key)
+    return spec, masking.batch_fn(key)
 
 
 def training_input(files, batch_size, max_seq_length, max_predictions_per_seq, seed, ranks,
-                   rank, shuffle_buffer, masking=None, sequences_per_row=0):
+                   rank, shuffle_buffer, masking=None, sequences_per_row=0, ranges=None,
+                   skip_bad_records=False, record_counts=None):
     """This rank's pre-training stream (`training.records.TrainingInput`), whole files per
     rank; raises InputError when there are fewer files than ranks. `masking`: a
     `DynamicMasking` for dynamic-masking records, None for static ones;
-    `sequences_per_row`: k of packed records, 0 for unpacked ones."""
+    `sequences_per_row`: k of packed records, 0 for unpacked ones; `ranges`
+    (`value_ranges`), `skip_bad_records` and `record_counts`: see
+    `training.records.record_dataset`."""
     check_file_sharding(files, ranks)
     spec, batch_fn = _reading(max_seq_length, max_predictions_per_seq, masking, True, seed,
                               rank, sequences_per_row)
     return TrainingInput(tuple(files), batch_size, spec, seed=seed, num_shards=ranks,
                          shard_index=rank, shard_by="files", shuffle_buffer=shuffle_buffer,
-                         batch_fn=batch_fn)
+                         batch_fn=batch_fn, value_ranges=ranges,
+                         skip_bad_records=skip_bad_records,
+                         record_counts=tuple(record_counts) if record_counts else None)
 
 
 def make_dataset(files, batch_size, max_seq_length, max_predictions_per_seq, is_training,

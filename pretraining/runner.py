@@ -8,6 +8,11 @@ seeded by the micro-step counter, so a resumed run reproduces the uninterrupted 
 
 Every run logs its plan (`pretraining.plan`: the effective global batch, learning rate and
 steps for this number of ranks) at start-up.
+
+Input: every file is checked at start-up, before anything is written
+(`pretraining.record_checks`: metadata and first record); a bad record found later while
+training stops the run with one line naming its file and record, or, with
+--skip_bad_records, is skipped and counted up to --max_bad_records (`training.record_guard`).
 """
 import math
 import os
@@ -19,14 +24,17 @@ from absl import logging
 from modeling import BertConfig, ConfigError
 from modeling.checkpoints import CheckpointError
 from pretraining.dynamic_masking import DynamicMasking
-from pretraining.input_pipeline import (InputError, check_records_match, list_input_files,
-                                        make_input_fn, training_input)
+from pretraining.input_pipeline import (InputError, list_input_files, make_input_fn,
+                                        reading_spec, training_input, value_ranges)
 from pretraining.model_fn import make_model_fn
 from pretraining.plan import plan_line, pretraining_plan
+from pretraining.record_checks import check_input_files
 from pretraining.record_kinds import DYNAMIC, given_dynamic_flags
 from training.distributed import Workers
+from training.failures import explained_failures
 from training.flops import peak_tflops_for_device, training_flops_per_sequence
 from training.hooks import StepLoggingHook, WeightsFingerprintHook
+from training.record_guard import BadRecordLimitHook
 from training.resume import train_resuming
 from training.run_config import make_run_config
 from training.run_lock import run_lock
@@ -63,6 +71,8 @@ def _validate(flags, config):
     if not (math.isfinite(flags.init_loss_scale) and flags.init_loss_scale >= 1.0):
         raise UsageError(f"--init_loss_scale={flags.init_loss_scale} must be a finite number "
                          ">= 1 (NVIDIA's default is 2**32)")
+    if flags.max_bad_records < 0:
+        raise UsageError("--max_bad_records must be >= 0")
     if flags.learning_rate <= 0 or flags.num_train_steps <= 0 or flags.num_warmup_steps < 0:
         raise UsageError("--learning_rate and --num_train_steps must be positive and "
                          "--num_warmup_steps >= 0")
@@ -97,16 +107,17 @@ def _run(flags, workers):
     train_files = eval_files = None
     # Dynamic-masking records are masked by the input pipeline (pretraining.dynamic_masking).
     masking, dynamic_flags = DynamicMasking.from_flags(flags), given_dynamic_flags(flags)
+    ranges = value_ranges(config.vocab_size, config.type_vocab_size, flags.max_seq_length)
     if flags.do_train:
         train_files = list_input_files(flags.input_files_dir)
-        train_records = check_records_match(train_files, flags.max_seq_length,
-                                            flags.max_predictions_per_seq, config.vocab_size,
-                                            dynamic_flags)
+        train_records, record_counts = check_input_files(
+            train_files, flags.max_seq_length, flags.max_predictions_per_seq, config,
+            dynamic_flags)
         train_input = training_input(
             train_files, flags.train_batch_size, flags.max_seq_length,
             flags.max_predictions_per_seq, flags.seed, workers.size, workers.rank,
             flags.shuffle_buffer, masking if train_records.kind == DYNAMIC else None,
-            train_records.sequences_per_row)
+            train_records.sequences_per_row, ranges, flags.skip_bad_records, record_counts)
         if train_records.sequences_per_row:
             logging.info("packed records, up to %d instances a row: %s",
                          train_records.sequences_per_row, flags.input_files_dir)
@@ -114,9 +125,9 @@ def _run(flags, workers):
             logging.info("dynamic masking of %s: %s", flags.input_files_dir, masking)
     if flags.do_eval:
         eval_files = list_input_files(flags.eval_files_dir)
-        eval_records = check_records_match(eval_files, flags.max_seq_length,
-                                        flags.max_predictions_per_seq, config.vocab_size,
-                                        () if flags.do_train else dynamic_flags)
+        eval_records, _ = check_input_files(eval_files, flags.max_seq_length,
+                                            flags.max_predictions_per_seq, config,
+                                            () if flags.do_train else dynamic_flags)
 
     settings = TrainingSettings(
         bert_config=config, learning_rate=results["plan"]["peak_learning_rate"],
@@ -153,13 +164,18 @@ def _run(flags, workers):
 
     if flags.do_train:
         extra = [WeightsFingerprintHook(workers.rank)] if workers.use_horovod else []
+        bad_records = (BadRecordLimitHook(flags.max_bad_records, workers, flags.input_files_dir)
+                       if flags.skip_bad_records else None)
         preemption = train_resuming(estimator, train_input, flags.output_dir,
                                     flags.num_train_steps, workers,
                                     flags.save_checkpoints_steps, extra,
-                                    reset_data_position=flags.reset_data_position)
+                                    reset_data_position=flags.reset_data_position,
+                                    bad_records=bad_records)
         if preemption is not None:
             if log_hooks:
                 results["train"] = log_hooks[-1].summary()
+            if bad_records is not None:
+                results.setdefault("train", {})["bad_records_skipped"] = bad_records.total
             results["preempted"] = preemption.received is not None
             if preemption.received is not None:
                 return results
@@ -168,8 +184,11 @@ def _run(flags, workers):
         input_fn = make_input_fn(eval_files, flags.eval_batch_size, flags.max_seq_length,
                                  flags.max_predictions_per_seq, False,
                                  masking if eval_records.kind == DYNAMIC else None,
-                                 eval_records.sequences_per_row)
-        metrics = estimator.evaluate(input_fn, steps=flags.max_eval_steps)
+                                 eval_records.sequences_per_row, value_ranges=ranges)
+        eval_spec = reading_spec(flags.max_seq_length, flags.max_predictions_per_seq,
+                                 eval_records.kind == DYNAMIC, eval_records.sequences_per_row)
+        with explained_failures(flags.output_dir, eval_files, eval_spec, ranges):
+            metrics = estimator.evaluate(input_fn, steps=flags.max_eval_steps)
         results["eval"] = {k: float(v) for k, v in metrics.items()}
         path = os.path.join(flags.output_dir, "eval_results.txt")
         with tf.io.gfile.GFile(path, "w") as writer:

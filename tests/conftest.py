@@ -1,5 +1,6 @@
 """Shared fixtures: where the real test material is, and skip reasons when it is not."""
 import os
+import subprocess
 import sys
 
 # XLA auto-clustering on the CPU needs this flag before TensorFlow parses its flags;
@@ -61,3 +62,28 @@ def minilm_checkpoint(minilm_dir, tmp_path_factory):
     prefix = hf_to_tf(minilm_dir, folder)
     config = BertConfig.from_json_file(os.path.join(folder, "bert_config.json"))
     return config, prefix, folder
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """`small_disk(name, size)` mounts a tmpfs of `size` (e.g. "24m") at tmp_path/name: a
+    disk that really fills up. Skips where mounting is not allowed (needs root)."""
+    mounted = []
+
+    def mount(name, size):
+        path = tmp_path / name
+        path.mkdir()
+        try:
+            result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
+                                     str(path)], capture_output=True, text=True, timeout=30)
+        except FileNotFoundError:
+            pytest.skip("no mount command: cannot make a small filesystem to fill")
+        if result.returncode != 0:
+            pytest.skip("cannot mount a small tmpfs to fill (needs root): "
+                        + (result.stderr.strip() or f"exit {result.returncode}"))
+        mounted.append(path)
+        return path
+
+    yield mount
+    for path in mounted:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=30)

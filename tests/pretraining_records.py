@@ -73,3 +73,14 @@ def write_random_unmasked_records(path, count, seq_length=16, vocab_size=101, se
         }
 
     _write(path, (example() for _ in range(count)))
+
+
+def rewrite_record(path, index, change):
+    """Rewrites record `index` of `path` after `change(example)` edits it in place."""
+    records = list(tf.compat.v1.io.tf_record_iterator(str(path)))
+    example = tf.train.Example.FromString(records[index])
+    change(example)
+    records[index] = example.SerializeToString()
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for record in records:
+            writer.write(record)

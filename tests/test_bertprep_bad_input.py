@@ -127,7 +127,9 @@ def test_one_bad_shard_does_not_lose_the_others(shared_data, minilm_vocab, tmp_p
     out_dir = wd / ("tfrecord_lower_case_1_seq_len_64_max_pred_10_masked_lm_prob_0.15"
                     "_random_seed_12345_dupe_factor_1") / "custom"
     assert sorted(os.listdir(out_dir)) == ["custom_training_0.tfrecord",
-                                           "custom_training_2.tfrecord"]
+                                           "custom_training_0.tfrecord.meta.json",
+                                           "custom_training_2.tfrecord",
+                                           "custom_training_2.tfrecord.meta.json"]
     assert "2/3 shards complete" in proc.stdout
 
 

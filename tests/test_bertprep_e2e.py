@@ -1,7 +1,9 @@
 """bertPrep.py end to end on the real material, every step through the command line:
 download (from a local HTTP server) -> text_formatting -> sharding -> create_tfrecord_files,
 then the records are parsed with Google's exact feature spec and checked."""
+import glob
 import io
+import json
 import os
 import time
 import zipfile
@@ -116,7 +118,8 @@ def test_layout_of_every_step(prepared, shared_data):
         records = os.path.join(
             wd, f"tfrecord_lower_case_1_seq_len_{seq}_max_pred_{pred}_masked_lm_prob_0.15"
                 f"_random_seed_12345_dupe_factor_1", "books_wiki_en_corpus")
-        assert sorted(os.listdir(records)) == sorted(n + ".tfrecord" for n in names)
+        assert sorted(os.listdir(records)) == sorted(
+            n + suffix for n in names for suffix in (".tfrecord", ".tfrecord.meta.json"))
 
 
 @pytest.mark.parametrize("seq, pred", [(128, 20), (48, 8)])
@@ -126,11 +129,15 @@ def test_records_parse_with_google_spec_and_are_well_formed(prepared, seq, pred)
         wd, f"tfrecord_lower_case_1_seq_len_{seq}_max_pred_{pred}_masked_lm_prob_0.15"
             f"_random_seed_12345_dupe_factor_1", "books_wiki_en_corpus")
     total = 0
-    for name in sorted(os.listdir(folder)):
-        features = parse_records(os.path.join(folder, name), seq, pred)
+    for name in sorted(glob.glob(os.path.join(folder, "*.tfrecord"))):
+        features = parse_records(name, seq, pred)
         assert len(features["input_ids"]) > 50
         check_invariants(features, vocab, seq)
         total += len(features["input_ids"])
+        metadata = json.load(open(name + ".meta.json"))  # what pre-training checks
+        assert metadata["records"] == len(features["input_ids"]) and metadata["masking"] == \
+            "static"
+        assert (metadata["max_seq_length"], metadata["max_predictions_per_seq"]) == (seq, pred)
     assert total > 1000
 
 
@@ -150,7 +157,7 @@ def test_create_vocab_is_used_when_no_vocab_file_is_given(shared_data, tmp_path)
     assert 1000 < len(vocab) <= 3000
     folder = os.path.join(wd, "tfrecord_lower_case_1_seq_len_64_max_pred_10_masked_lm_prob_0.15"
                               "_random_seed_12345_dupe_factor_1", "bookscorpus")
-    names = sorted(os.listdir(folder))
+    names = sorted(n for n in os.listdir(folder) if n.endswith(".tfrecord"))
     assert names == ["bookscorpus_training_0.tfrecord", "bookscorpus_training_1.tfrecord"]
     for name in names:
         records = tfrecord_writer.read_tfrecord_file(os.path.join(folder, name))

@@ -14,7 +14,9 @@ import tensorflow as tf
 
 from data_prep import pretraining_data as pdata
 from pretraining.dynamic_masking import DynamicMasking, stream_key, unmasked_feature_spec
-from pretraining.input_pipeline import InputError, check_records_match, make_dataset
+from modeling import named_config
+from pretraining.input_pipeline import InputError, make_dataset
+from pretraining.record_checks import check_input_files
 from pretraining_records import write_random_records, write_random_unmasked_records
 from test_pretraining_data import _book_docs, write_docs
 from training.records import record_dataset
@@ -226,6 +228,12 @@ def test_masks_change_with_epoch_and_rank_and_repeat_exactly(corpus):
     first, second = read(path, masking), read(path, masking, seed=99)
     for name in first:
         np.testing.assert_array_equal(first[name], second[name], err_msg=name)
+
+
+def check_records_match(files, seq, predictions, vocab_size, dynamic_flags=()):
+    """The start-up check of run_pretraining for a model of `vocab_size`: the shared facts."""
+    config = named_config("tiny").replace(vocab_size=vocab_size)
+    return check_input_files(files, seq, predictions, config, dynamic_flags)[0]
 
 
 def test_start_up_checks_name_the_file_and_the_problem(tmp_path, repo_root):

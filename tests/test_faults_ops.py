@@ -224,7 +224,8 @@ def test_next_create_pretraining_data_removes_a_killed_runs_temporaries(tmp_path
          "--max_seq_length=16", "--max_predictions_per_seq=3", "--dupe_factor=1"],
         cwd=repo_root, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert sorted(os.listdir(out)) == sorted(["train.tfrecord", live.name, unrelated.name])
+    assert sorted(os.listdir(out)) == sorted(["train.tfrecord", "train.tfrecord.meta.json",
+                                              live.name, unrelated.name])
 
 
 def test_next_text_formatting_removes_a_killed_runs_scratch_copy(shared_data, tmp_path):
@@ -256,6 +257,8 @@ def test_every_way_of_naming_inputs_skips_temporaries(tmp_path):
     with pytest.raises(InputError, match=r"no input files \(1 hidden or temporary ignored\)"):
         list_input_files(str(tmp_path / "part-2*"))
     assert expand_input_files(str(tmp_path / "part-*")) == complete
+    (tmp_path / "part-0.tfrecord.meta.json").write_text("{}")  # records' metadata: not input
+    assert list_input_files(str(tmp_path)) == complete == list_input_files(str(tmp_path / "p*"))
 
 
 # --------------------------------------------------------------------------- 4. divergence

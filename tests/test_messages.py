@@ -214,3 +214,14 @@ def test_failed_export_leaves_no_temp_folder(models, tmp_path):
     proc = export_squad(models["root"], broken / "model.ckpt", export_dir)
     assert_clean_error(proc, str(export_dir), "export of", "failed")
     assert os.listdir(export_dir) == []
+
+
+def test_export_on_a_full_disk_says_how_much_it_needs_and_writes_nothing(models, small_disk):
+    export_dir = small_disk("disk", "256k") / "export"
+    proc = export_squad(models["root"], models["tuned"], export_dir)
+    needs = re.search(r"the SavedModel needs about ([\d.]+) MB \(its variables and graph\), "
+                      r"([\d.]+) MB free; free space and rerun the same command$",
+                      assert_clean_error(proc, f"{export_dir}: not enough disk space for the "
+                                               "SavedModel: "))
+    assert needs and float(needs.group(1)) > 0.3 and float(needs.group(2)) <= 0.3
+    assert not export_dir.exists()  # refused before writing

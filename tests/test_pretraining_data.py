@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from data_prep import pretraining_data as pdata
+from data_prep import record_metadata
 from data_prep import tfrecord_writer as tw
 import google_reference
 
@@ -599,6 +600,11 @@ def test_cli_writes_readable_records_and_reports_errors(minilm_vocab, tmp_path):
     import tensorflow as tf
     parsed = tf.io.parse_single_example(records[0], google_name_to_features(32, 5))
     assert parsed["input_ids"].shape == (32,)
+    vocab = open(minilm_vocab, encoding="utf-8").read().splitlines()
+    assert record_metadata.parse(open(out + ".meta.json").read(), out) == {
+        "format": "bert-pretraining-records", "writer_version": 1, "records": len(records),
+        "max_seq_length": 32, "max_predictions_per_seq": 5, "vocab_size": len(vocab),
+        "vocab_sha256": record_metadata.vocab_sha256(vocab), "masking": "static"}
 
     with open(src, "ab") as f:
         f.write(b"caf\xe9\n")
@@ -609,5 +615,5 @@ def test_cli_writes_readable_records_and_reports_errors(minilm_vocab, tmp_path):
     error_lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
     assert error_lines == [f"error: {src}: invalid UTF-8 at byte offset "
                            f"{os.path.getsize(src) - 2} (byte 0xe9)"], proc.stderr
-    assert not os.path.exists(bad_out)
+    assert not os.path.exists(bad_out) and not os.path.exists(bad_out + ".meta.json")
     assert not [f for f in os.listdir(tmp_path) if ".tmp-" in f]

@@ -64,7 +64,8 @@ def resolve(output_dir, order, micro_step, reset=None):
         logging.warning("%s has a checkpoint but no %s (older version): assuming it was "
                         "trained with this run's data settings", output_dir, DATA_ORDER_FILE)
         return dict(order, **{START: 0})
-    changed = sorted(key for key in order if recorded.get(key) != order[key])
+    keys = (set(order) | set(recorded)) - {START}  # a setting only one side has differs too
+    changed = sorted(key for key in keys if recorded.get(key) != order.get(key))
     if changed:
         remedy = "rerun with the recorded values or use a new --output_dir"
         if reset is not None:

@@ -48,10 +48,12 @@ KEEP = 3
 _NAME = re.compile(r"^micro_step-(\d+)\.(json|index|data-\d+-of-\d+)$")
 
 
-def stream_id(order, files):
-    """Names the exact stream a snapshot belongs to: the resolved data order (with its start)
-    and the files' full paths, which the saved interleave state reopens by name."""
-    text = json.dumps({"order": order, "files": list(files)}, sort_keys=True)
+def stream_id(order, files, pipeline_version):
+    """Names the exact stream a snapshot belongs to: the resolved data order (with its start),
+    the files' full paths, which the saved interleave state reopens by name, and the version
+    of the pipeline's structure (a snapshot restores only into the same structure)."""
+    text = json.dumps({"order": order, "files": list(files), "pipeline": pipeline_version},
+                      sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -81,6 +83,18 @@ class InputStateStore:
             return None
         return int(marker.get("skip_records", 0))
 
+    def latest_bytes(self):
+        """Size of the most recent committed snapshot (what the next one will take, about)."""
+        if not tf.io.gfile.isdir(self.directory):
+            return 0
+        names = tf.io.gfile.listdir(self.directory)
+        committed = [int(m.group(1)) for m in map(_NAME.match, names) if m and m.group(2) == "json"]
+        if not committed:
+            return 0
+        prefix = f"micro_step-{max(committed)}."
+        return sum(tf.io.gfile.stat(os.path.join(self.directory, name)).length
+                   for name in names if name.startswith(prefix))
+
     def save(self, session, saver, micro_step, skip_records=0):
         """Saves the iterator through `saver` under `micro_step`, then commits the marker;
         `skip_records`: what the pipeline skipped when it was built."""
@@ -104,6 +118,29 @@ class InputStateStore:
                   if not (_NAME.match(name) and int(_NAME.match(name).group(1)) in kept)]
         for name in sorted(doomed, key=lambda n: not n.endswith(".json")):  # markers first
             tf.io.gfile.remove(os.path.join(self.directory, name))
+
+
+def rank_directories(output_dir):
+    """Every rank's snapshot folder under `output_dir`."""
+    root = os.path.join(output_dir, STATE_DIR)
+    if not tf.io.gfile.isdir(root):
+        return []
+    return [os.path.join(root, name.rstrip("/")) for name in sorted(tf.io.gfile.listdir(root))
+            if name.startswith("rank-")]
+
+
+def remove_uncommitted(directory):
+    """Deletes one rank's snapshot files that have no committed marker (a save that failed
+    or was killed half-way: never used, only taking space). Returns their paths."""
+    if not tf.io.gfile.isdir(directory):
+        return []
+    names = tf.io.gfile.listdir(directory)
+    committed = {m.group(1) for m in map(_NAME.match, names) if m and m.group(2) == "json"}
+    doomed = [os.path.join(directory, name) for name in names
+              if _NAME.match(name) and _NAME.match(name).group(1) not in committed]
+    for path in doomed:
+        tf.io.gfile.remove(path)
+    return doomed
 
 
 class _SaveBeforeModelCheckpoint(tf1.train.CheckpointSaverListener):

@@ -11,16 +11,22 @@ data stream from the checkpoint's `micro_step` (micro-batches it consumed):
   states this run saves restore later into a pipeline rebuilt with the same skip.
 The data settings must be those the checkpoint was trained with (`training.data_order`,
 checked on every rank before training). SIGTERM/SIGINT save a checkpoint and end the run
-cleanly (`PreemptionHook`); the input state is saved at the same moment.
+cleanly (`PreemptionHook`); the input state is saved at the same moment. A run that failed
+or was killed may leave half-written files (a full disk): they are removed at the next
+start, so the rerun resumes from the last complete checkpoint.
 """
 import os
 
 import tensorflow as tf
 from absl import logging
 
-from training import data_order
+from training import data_order, input_state
+from training.disk_space import (CheckpointSpaceListener, remove_partial_writes,
+                                 remove_unrecorded_checkpoints)
+from training.failures import explained_failures
 from training.hooks import PreemptionHook
 from training.input_state import InputStateHook, InputStateStore, stream_id
+from training.records import PIPELINE_VERSION
 from training.train_step import MICRO_STEP_NAME
 
 tf1 = tf.compat.v1
@@ -45,7 +51,8 @@ def _input_position(training_input, output_dir, workers, save_checkpoints_steps,
                                reset_data_position)
     if workers.is_chief:
         data_order.record(output_dir, order)
-    store = InputStateStore(output_dir, workers.rank, stream_id(order, training_input.files))
+    store = InputStateStore(output_dir, workers.rank,
+                            stream_id(order, training_input.files, PIPELINE_VERSION))
     consumed = micro_step - order[data_order.START]
     saved_skip = store.pipeline_skip(micro_step) if consumed > 0 else None
     restore = saved_skip is not None
@@ -61,17 +68,37 @@ def _input_position(training_input, output_dir, workers, save_checkpoints_steps,
                             workers.rank, micro_step, store.directory, skip)
     hook = InputStateHook(store, save_checkpoints_steps, global_step,
                           micro_step if restore else None, workers.is_chief, skip)
-    return skip, hook
+    return skip, hook, store
+
+
+def remove_leftovers(output_dir, rank_directories, is_chief=True):
+    """Deletes what failed or killed writes left in `output_dir` (the chief's: checkpoint
+    files of a save that never completed, half-written files) and in the input-state folders
+    `rank_directories` (snapshots without their marker). Returns their paths."""
+    removed = []
+    if is_chief:
+        removed += remove_partial_writes([output_dir]) + remove_unrecorded_checkpoints(output_dir)
+    removed += remove_partial_writes(rank_directories)
+    for directory in rank_directories:
+        removed += input_state.remove_uncommitted(directory)
+    return removed
 
 
 def train_resuming(estimator, training_input, output_dir, max_steps, workers,
-                   save_checkpoints_steps, extra_hooks=(), reset_data_position=None):
+                   save_checkpoints_steps, extra_hooks=(), reset_data_position=None,
+                   bad_records=None):
     """Trains to `max_steps` optimizer steps, continuing any checkpoint in `output_dir`.
 
     `training_input` (`training.records.TrainingInput`) is this rank's data stream.
     `save_checkpoints_steps` must be the Estimator's (rank 0's) rule: input states are saved
     with every model checkpoint. `reset_data_position`: True restarts the data order on
     purpose when the data settings changed; None when the caller offers no such option.
+    `bad_records`: a `training.record_guard.BadRecordLimitHook`, with a `training_input`
+    that skips bad records: it counts them and stops the run over its bound.
+    Failures are one-line errors (`training.failures`): a full disk (DiskFullError; a save
+    that would not fit is refused before writing, `training.disk_space`) or a bad record
+    (BadRecordError naming its file). Half-written files of a failed or killed run are
+    removed, here after a failure and at the next start.
     Returns the PreemptionHook (`.received` is set if a signal stopped the run), or None
     when the checkpoint had already reached `max_steps` and nothing was trained.
     """
@@ -80,12 +107,25 @@ def train_resuming(estimator, training_input, output_dir, max_steps, workers,
         logging.info("%s already holds step %d >= %d: nothing to train", output_dir, done,
                      max_steps)
         return None
-    skip, input_state = _input_position(training_input, output_dir, workers,
-                                        save_checkpoints_steps, reset_data_position, done)
+    if workers.is_chief:  # one run owns the folder (run lock): what is half-written is dead
+        for path in remove_leftovers(output_dir, input_state.rank_directories(output_dir)):
+            logging.warning("removed what an earlier run left half-written: %s", path)
+    skip, state_hook, store = _input_position(training_input, output_dir, workers,
+                                              save_checkpoints_steps, reset_data_position, done)
     preemption = PreemptionHook(os.path.join(output_dir, "model.ckpt"), workers)
-    # input_state before preemption: at the end, the input state is saved before the model.
-    estimator.train(input_state.input_fn(lambda: training_input.dataset(skip)),
-                    max_steps=max_steps,
-                    hooks=workers.hooks() + [input_state, preemption] + list(extra_hooks),
-                    saving_listeners=[input_state.listener] if input_state.listener else None)
+    space = CheckpointSpaceListener(output_dir, store.latest_bytes)
+    input_fn = state_hook.input_fn(lambda: training_input.dataset(skip))
+    hooks = workers.hooks() + [state_hook, preemption] + list(extra_hooks)
+    if bad_records is not None:
+        input_fn = bad_records.input_fn(input_fn)
+        hooks.append(bad_records)
+    # Only where the Estimator saves checkpoints (rank 0): the space check, then the input
+    # state, both before each model checkpoint.
+    listeners = [space, state_hook.listener] if state_hook.listener else None
+    with explained_failures(output_dir, training_input.rank_files(), training_input.spec,
+                            training_input.value_ranges, space,
+                            lambda: remove_leftovers(output_dir, [store.directory],
+                                                     workers.is_chief)):
+        estimator.train(input_fn, max_steps=max_steps, hooks=hooks,
+                        saving_listeners=listeners)
     return preemption
