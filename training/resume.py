@@ -17,6 +17,7 @@ import os
 import tensorflow as tf
 from absl import logging
 
+from cli.console import SHOW
 from training import data_order
 from training.hooks import PreemptionHook
 from training.input_state import InputStateHook, InputStateStore, stream_id
@@ -50,7 +51,7 @@ def _input_position(training_input, output_dir, workers, save_checkpoints_steps,
     skip = 0 if restore or consumed <= 0 else consumed * training_input.batch_size
     if restore:
         logging.info("rank %d resumes its input from %s (micro_step %d): 0 records skipped",
-                     workers.rank, store.path(micro_step), micro_step)
+                     workers.rank, store.path(micro_step), micro_step, extra=SHOW)
     elif skip:
         logging.warning("rank %d: no input state for micro_step %d in %s: rebuilding the "
                         "input pipeline and skipping %d records (exact, but slower)",
@@ -74,7 +75,7 @@ def train_resuming(estimator, training_input, output_dir, max_steps, workers,
     done = checkpoint_value(output_dir, "global_step")
     if done >= max_steps:
         logging.info("%s already holds step %d >= %d: nothing to train", output_dir, done,
-                     max_steps)
+                     max_steps, extra=SHOW)
         return None
     skip, input_state = _input_position(training_input, output_dir, workers,
                                         save_checkpoints_steps, reset_data_position, done)
