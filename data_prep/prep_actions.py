@@ -50,6 +50,7 @@ import sys
 import time
 from typing import Callable, List, Optional, Sequence, Tuple
 
+from cli.progress import eta
 from data_prep.pretraining_data import DataPrepError
 from data_prep.temporaries import remove_stale_temporaries
 from data_prep.worker_lifetime import die_with_parent
@@ -387,16 +388,21 @@ def action_create_tfrecord_files(o: PrepOptions, layout: Layout) -> int:
             random_seed=pdata.derive_shard_seed(o.random_seed, os.path.basename(shard))))
         jobs.append((shard, output, vocab_file, fields))
     failures = []
+    finished = []
+    t0 = time.perf_counter()
 
     def report(result):
         ok, output, message = result
+        finished.append(output)
+        progress = (f"[{len(finished)}/{len(jobs)} shards, "
+                    f"ETA {eta(len(finished), len(jobs), time.perf_counter() - t0)}]")
         if ok:
-            _say(f"create_tfrecord_files: wrote {os.path.basename(output)}: {message}")
+            _say(f"create_tfrecord_files: wrote {os.path.basename(output)}: {message} {progress}")
         else:
             failures.append(message)
-            _say(f"create_tfrecord_files: FAILED {os.path.basename(output)}: {message}")
+            _say(f"create_tfrecord_files: FAILED {os.path.basename(output)}: {message} "
+                 f"{progress}")
 
-    t0 = time.perf_counter()
     if o.n_processes <= 1 or len(jobs) <= 1:
         for job in jobs:
             report(tfrecord_job(*job))

@@ -82,7 +82,7 @@ class ShardingStats:
 
 def index_documents(input_files: Sequence[str], progress: Optional[bool] = False) -> DocumentIndex:
     """One streaming pass: the byte span of every non-blank line of every file."""
-    from tqdm import tqdm
+    from cli.progress import bar
     file_index, offsets, lengths = array.array("i"), array.array("q"), array.array("q")
     total = 0
     for path in input_files:
@@ -90,8 +90,8 @@ def index_documents(input_files: Sequence[str], progress: Optional[bool] = False
             total += os.path.getsize(path)
         except OSError as e:
             raise ShardingError(path, f"cannot read: {e.strerror or e}") from None
-    with tqdm(total=total, desc="indexing", unit="B", unit_scale=True,
-              disable=None if progress is None else not progress) as bar:
+    with bar(total=total, desc="indexing", unit="B", unit_scale=True,
+             enabled=progress) as indexing:
         for i, path in enumerate(input_files):
             pos = 0
             try:
@@ -104,7 +104,7 @@ def index_documents(input_files: Sequence[str], progress: Optional[bool] = False
                             offsets.append(pos)
                             lengths.append(len(body))
                         pos += n
-                        bar.update(n)
+                        indexing.update(n)
             except OSError as e:
                 raise ShardingError(path, f"cannot read: {e.strerror or e}") from None
     return DocumentIndex(list(input_files), np.frombuffer(file_index, dtype=np.int32).copy(),
@@ -217,7 +217,7 @@ def shard_corpus(input_files: Sequence[str], output_dir: str, prefix: str,
                  options: ShardingOptions = ShardingOptions(),
                  progress: Optional[bool] = None, log=print) -> ShardingStats:
     """Indexes, assigns and writes all shards of ``input_files`` into ``output_dir``."""
-    from tqdm import tqdm
+    from cli.progress import bar
     if not input_files:
         raise ShardingError("--input", "no formatted input files")
     for path in input_files:
@@ -254,15 +254,14 @@ def shard_corpus(input_files: Sequence[str], output_dir: str, prefix: str,
     _splitter(options.sentence_splitter)  # fail early (and once) on an unusable splitter
     t2 = time.perf_counter()
     results = {}
-    bar = tqdm(total=len(jobs), desc="shards", unit=" shard",
-               disable=None if progress is None else not progress)
+    shards = bar(total=len(jobs), desc="shards", unit=" shard", enabled=progress)
     try:
-        with bar:
+        with shards:
             if options.n_processes <= 1 or len(jobs) == 1:
                 for job in jobs:
                     res = write_shard(*job)
                     results[res[0]] = res
-                    bar.update(1)
+                    shards.update(1)
             else:
                 import multiprocessing
                 with multiprocessing.Pool(min(options.n_processes, len(jobs)),
@@ -270,7 +269,7 @@ def shard_corpus(input_files: Sequence[str], output_dir: str, prefix: str,
                                           initargs=(os.getpid(),)) as pool:
                     for res in pool.imap_unordered(_write_shard_job, jobs):
                         results[res[0]] = res
-                        bar.update(1)
+                        shards.update(1)
         for tmp, path in zip(tmp_paths, final_paths):
             os.replace(tmp, path)
     except BaseException:

@@ -91,11 +91,6 @@ def atomic_text_writer(path: str):
         raise
 
 
-def _bar_disabled(progress: Optional[bool]) -> Optional[bool]:
-    """tqdm's ``disable``: None (the default) shows bars only on a terminal."""
-    return None if progress is None else not progress
-
-
 def normalize_whitespace(text: str) -> str:
     return " ".join(text.split())
 
@@ -334,10 +329,10 @@ def format_wikipedia(dumps: Sequence[str], output_file: str, processes: int = 1,
                      expand_templates: bool = True, progress: Optional[bool] = None
                      ) -> FormattingStats:
     """Wikipedia dump(s) to one article per line (see the module docstring)."""
-    from tqdm import tqdm
+    from cli.progress import bar as progress_bar
     stats = FormattingStats(output_file=output_file, input_files=list(dumps))
     with atomic_text_writer(output_file) as out, \
-            tqdm(desc="articles", unit=" art", disable=_bar_disabled(progress)) as bar:
+            progress_bar(desc="articles", unit=" art", enabled=progress) as bar:
         for dump in dumps:
             for page in iter_wikipedia_articles(dump, processes, expand_templates,
                                                 scratch_dir=os.path.dirname(
@@ -382,11 +377,11 @@ def strip_gutenberg_boilerplate(text: str) -> str:
 def format_books(inputs: Sequence[str], output_file: str, progress: Optional[bool] = None
                  ) -> FormattingStats:
     """``.txt`` books (files, or folders searched recursively) to one book per line."""
-    from tqdm import tqdm
+    from cli.progress import bar
     files = [f for path in inputs for f in list_input_files(path, (".txt",))]
     stats = FormattingStats(output_file=output_file, input_files=files)
     with atomic_text_writer(output_file) as out:
-        for path in tqdm(files, desc="books", unit=" book", disable=_bar_disabled(progress)):
+        for path in bar(files, desc="books", unit=" book", enabled=progress):
             _check_not_empty(path)
             text = normalize_whitespace(strip_gutenberg_boilerplate(
                 read_utf8(path).lstrip("\ufeff")))
@@ -421,13 +416,13 @@ def format_custom(inputs: Sequence[str], output_file: str, unit: str = "block",
     ``unit="block"``: a document is a block of lines separated by blank lines; ``"file"``: a
     document is a whole file.  Files are streamed line by line.
     """
-    from tqdm import tqdm
+    from cli.progress import bar
     if unit not in ("block", "file"):
         raise FormattingError("--custom_document_unit", f"must be 'block' or 'file', got {unit!r}")
     files = [f for path in inputs for f in list_input_files(path)]
     stats = FormattingStats(output_file=output_file, input_files=files)
     with atomic_text_writer(output_file) as out:
-        for path in tqdm(files, desc="files", unit=" file", disable=_bar_disabled(progress)):
+        for path in bar(files, desc="files", unit=" file", enabled=progress):
             _check_not_empty(path)
             lines = _iter_utf8_lines(path)
             if unit == "block":

@@ -13,6 +13,7 @@ import sys
 import tensorflow as tf
 from absl import logging
 
+from cli.console import SHOW
 from data_prep.tokenization import FullTokenizer, VocabError, validate_case_matches_checkpoint
 from finetuning.export import export_saved_model, write_triton_repository
 from finetuning.model_fn import make_model_fn
@@ -24,7 +25,7 @@ from training.hooks import StepLoggingHook
 from training.records import TrainingInput, record_input_fn
 from training.run_config import make_run_config
 from training.run_lock import run_lock
-from training.resume import train_resuming
+from training.resume import checkpoint_value, train_resuming
 from training.settings import (TrainingSettings, UsageError, gradient_compression,
                                peak_learning_rate, precision_settings)
 
@@ -44,6 +45,18 @@ def predict(estimator, task, features, path, batch_size):
     input_fn = record_input_fn([path], batch_size, task.feature_spec(is_training=False),
                                is_training=False, drop_remainder=False)
     return list(estimator.predict(input_fn, yield_single_examples=True))
+
+
+def evaluated_step(flags):
+    """global_step of the weights PREDICT used: the latest checkpoint in --output_dir, else
+    --init_checkpoint's (0 when it has none), as eval_results.txt reports it."""
+    if tf1.train.latest_checkpoint(flags.output_dir):
+        return checkpoint_value(flags.output_dir, "global_step")
+    if flags.init_checkpoint:
+        reader = tf.train.load_checkpoint(resolve_checkpoint(flags.init_checkpoint))
+        if reader.has_tensor("global_step"):
+            return int(reader.get_tensor("global_step"))
+    return 0
 
 
 def _validate(task, flags, config):
@@ -78,7 +91,7 @@ def _run(task, flags, workers):
         num_examples = task.write_train_records(tokenizer, train_file)
         num_train_steps, num_warmup_steps = training_schedule(num_examples, flags, workers.size)
         logging.info("fine-tuning %s on %d examples: %d steps (%d warm-up)", task.name,
-                     num_examples, num_train_steps, num_warmup_steps)
+                     num_examples, num_train_steps, num_warmup_steps, extra=SHOW)
 
     compute_type, loss_scale = precision_settings(flags.amp, flags.amp_dtype)
     settings = TrainingSettings(
@@ -97,7 +110,8 @@ def _run(task, flags, workers):
     def logging_hooks(tensors):
         hook = StepLoggingHook(tensors, flags.display_loss_steps,
                                global_batch_size=flags.train_batch_size * workers.size,
-                               dllog_path=flags.dllog_path, is_chief=workers.is_chief)
+                               dllog_path=flags.dllog_path, is_chief=workers.is_chief,
+                               total_steps=num_train_steps)
         log_hooks.append(hook)
         return [hook]
 
@@ -130,7 +144,8 @@ def _run(task, flags, workers):
         examples, features = task.load_split(split, tokenizer)
         outputs = predict(estimator, task, features,
                           os.path.join(flags.output_dir, f"{split}.tf_record"), batch_size)
-        results[split] = task.evaluate(split, examples, features, outputs, flags.output_dir)
+        results[split] = task.evaluate(split, examples, features, outputs, flags.output_dir,
+                                       evaluated_step(flags))
         logging.info("%s results: %s", split, results[split])
 
     if flags.export_dir:

@@ -13,20 +13,23 @@ Per task, ``task_metrics`` reports the GLUE set:
 * MRPC, QQP: ``accuracy``, ``f1`` (positive class 1) and ``acc_and_f1`` (their mean);
 * STS-B: ``pearson``, ``spearmanr`` (average ranks for ties) and ``corr`` (their mean).
 
+``eval_result_names`` renames them as Google's and NVIDIA's ``eval_results.txt`` have them
+(``eval_accuracy``, ``eval_f1``, ``MCC``, ...), so tools that grep those files read ours.
+
 Files (each written to a temporary name and renamed):
 
-* ``write_eval_results``: Google's ``eval_results.txt``, ``key = value`` lines, sorted keys;
+* ``write_eval_results`` (training/eval_results.py): ``eval_results.txt``, ``key = value``
+  lines, sorted keys;
 * ``write_test_results``: Google's ``test_results.tsv``, the class probabilities of each
   example tab-separated on one line (STS-B: the predicted score);
 * ``write_glue_submission``: the GLUE server's format, header ``index<TAB>prediction`` then
   one ``index<TAB>label`` line per example (label strings, or the STS-B score), in the file
   named by ``submission_file_name`` (``CoLA.tsv``, ``MNLI-m.tsv``, ...).
 """
-import os
-
 import numpy as np
 
 from finetuning.glue_data import canonical_task_name
+from training.eval_results import write_atomically, write_eval_results  # noqa: F401 (API)
 
 # Metric names reported per (canonical) task name.
 TASK_METRIC_NAMES = {
@@ -195,24 +198,18 @@ def task_metrics(task_name, predictions, labels, weights=None):
     return result
 
 
+# Names in eval_results.txt: Google's run_classifier.py writes eval_accuracy (and eval_loss),
+# NVIDIA's adds eval_f1 (MRPC) and MCC (CoLA); the others follow the eval_ pattern.
+_EVAL_RESULT_NAMES = {"accuracy": "eval_accuracy", "f1": "eval_f1", "mcc": "MCC"}
+
+
+def eval_result_names(metrics):
+    """``task_metrics`` keys renamed as in Google's/NVIDIA's ``eval_results.txt``."""
+    return {_EVAL_RESULT_NAMES.get(key, f"eval_{key}"): value for key, value in metrics.items()}
+
+
 # ---------------------------------------------------------------------------
 # Result files
-
-def _write_atomically(path, text):
-    tmp_path = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(tmp_path, "w", encoding="utf-8", newline="\n") as writer:
-            writer.write(text)
-        os.replace(tmp_path, path)
-    finally:
-        if os.path.exists(tmp_path):
-            os.remove(tmp_path)
-
-
-def write_eval_results(path, metrics):
-    """Google's ``eval_results.txt``: ``key = value`` per line, keys sorted."""
-    _write_atomically(path, "".join(f"{key} = {metrics[key]}\n" for key in sorted(metrics)))
-
 
 def _is_regression(task_name):
     return canonical_task_name(task_name) in REGRESSION_TASKS
@@ -233,7 +230,7 @@ def write_test_results(path, probabilities_or_values, label_list, task_name):
             raise ValueError(f"{path}: expected (examples, {num_labels}) probabilities, "
                              f"got shape {values.shape}")
         rows = ["\t".join(str(p) for p in row) for row in values]
-    _write_atomically(path, "".join(row + "\n" for row in rows))
+    write_atomically(path, "".join(row + "\n" for row in rows))
     return len(rows)
 
 
@@ -266,5 +263,5 @@ def write_glue_submission(path, predictions, label_list, task_name, indices=None
         raise ValueError(f"{path}: {len(indices)} indices for {len(cells)} predictions")
     lines = ["index\tprediction\n"]
     lines += [f"{index}\t{cell}\n" for index, cell in zip(indices, cells)]
-    _write_atomically(path, "".join(lines))
+    write_atomically(path, "".join(lines))
     return len(cells)

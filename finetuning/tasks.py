@@ -7,8 +7,9 @@ A task provides
   model:   build_outputs(model, features, is_training), loss(outputs, features),
            predictions(outputs, features), serving_outputs(outputs, features),
            serving_output_spec(max_seq_length), extra_serving_inputs, eval_metric_ops;
-  scoring: evaluate(split, examples, features, results, output_dir) -> metrics (writes the
-           task's result files).
+  scoring: evaluate(split, examples, features, results, output_dir, global_step) -> metrics
+           (writes the task's result files; eval_results.txt with Google's names,
+           training/eval_results.py).
 Everything else (encoder, precision, optimizer, Horovod, Estimator, export) is the driver's.
 """
 import os
@@ -113,18 +114,22 @@ class ClassifierTask:
                                                       weights=weights)}
 
     # ------------------------------------------------------------------ scoring
-    def evaluate(self, split, examples, features, results, output_dir):
+    def evaluate(self, split, examples, features, results, output_dir, global_step=0):
         key = "predictions" if self.is_regression else "probabilities"
         values = np.array([r[key] for r in results], dtype=np.float64)
         if split == "dev":
             labels = np.array([f.label_id for f in features])
-            metrics = glue_metrics.task_metrics(self.name, values, labels)
+            metrics = glue_metrics.eval_result_names(
+                glue_metrics.task_metrics(self.name, values, labels))
             if self.is_regression:
                 metrics["eval_loss"] = float(np.mean((values - labels) ** 2))
             else:
                 picked = values[np.arange(len(labels)), labels.astype(int)]
                 metrics["eval_loss"] = float(-np.mean(np.log(np.maximum(picked, 1e-12))))
-            metrics["eval_examples"] = len(labels)
+            # Google's file also has the Estimator's `loss` (the mean loss over the dev
+            # batches: the same mean here, as no padding examples are scored).
+            metrics.update(loss=metrics["eval_loss"], global_step=int(global_step),
+                           eval_examples=len(labels))
             glue_metrics.write_eval_results(os.path.join(output_dir, "eval_results.txt"),
                                             metrics)
             return metrics
@@ -226,9 +231,10 @@ class SquadTask:
         return {}
 
     # ------------------------------------------------------------------ scoring
-    def evaluate(self, split, examples, features, results, output_dir):
+    def evaluate(self, split, examples, features, results, output_dir, global_step=0):
         """Writes predictions.json, nbest_predictions.json (and null_odds.json for v2.0);
-        scores them with the official metric when the predict file has answers."""
+        scores them with the official metric (exact_match and f1, NVIDIA's names too) when
+        the predict file has answers."""
         null_odds_file = (os.path.join(output_dir, "null_odds.json")
                           if self.version_2_with_negative else None)
         results = [squad_postprocess.RawResult(int(r["unique_ids"]), r["start_logits"],
@@ -246,6 +252,7 @@ class SquadTask:
             metrics.update(squad_eval.evaluate(
                 dataset, predictions, na_probs=null_odds if self.version_2_with_negative else None,
                 version_2_with_negative=self.version_2_with_negative))
+            metrics["global_step"] = int(global_step)
             glue_metrics.write_eval_results(os.path.join(output_dir, "eval_results.txt"),
                                             metrics)
         return metrics

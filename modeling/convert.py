@@ -262,33 +262,6 @@ def tf_to_hf(tf_checkpoint, bert_config_file, vocab_file, output_dir):
     return output_dir
 
 
-def main(argv=None):
-    import argparse
-    parser = argparse.ArgumentParser(prog="bert-convert-checkpoint", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="direction", required=True)
-    p = sub.add_parser("hf2tf", help="HuggingFace folder -> Google TF checkpoint")
-    p.add_argument("--hf_dir", required=True)
-    p.add_argument("--output_dir", required=True)
-    p = sub.add_parser("tf2hf", help="Google TF checkpoint -> HuggingFace folder")
-    p.add_argument("--tf_checkpoint", required=True)
-    p.add_argument("--bert_config_file", required=True)
-    p.add_argument("--vocab_file", required=True)
-    p.add_argument("--output_dir", required=True)
-    args = parser.parse_args(argv)
-    from modeling.checkpoints import CheckpointError
-    from modeling.config import ConfigError
-    try:
-        if args.direction == "hf2tf":
-            out = hf_to_tf(args.hf_dir, args.output_dir)
-        else:
-            out = tf_to_hf(args.tf_checkpoint, args.bert_config_file, args.vocab_file,
-                           args.output_dir)
-    except (ConversionError, CheckpointError, ConfigError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    print(out)
-    return 0
-
-
-if __name__ == "__main__":
+if __name__ == "__main__":  # the command line: cli/convert_checkpoint.py
+    from cli.convert_checkpoint import main
     sys.exit(main())

@@ -173,7 +173,7 @@ def run_demo(output_dir, corpus=None, phase1_steps=300, phase2_steps=40, n_proce
         display_loss_steps=20)
     results = finetune(ClassifierTask("sst-2", task_dir, 64), values)
     dev = results["dev"]
-    _done(start, f"dev accuracy {dev['accuracy']:.3f} (chance 0.5); "
+    _done(start, f"dev accuracy {dev['eval_accuracy']:.3f} (chance 0.5); "
                  f"results in {out}/eval_results.txt")
 
     start = _banner(5, "export and serve")

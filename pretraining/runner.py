@@ -21,6 +21,7 @@ import sys
 import tensorflow as tf
 from absl import logging
 
+from cli.console import SHOW
 from modeling import BertConfig, ConfigError
 from modeling.checkpoints import CheckpointError
 from pretraining.dynamic_masking import DynamicMasking
@@ -31,6 +32,7 @@ from pretraining.plan import plan_line, pretraining_plan
 from pretraining.record_checks import check_input_files
 from pretraining.record_kinds import DYNAMIC, given_dynamic_flags
 from training.distributed import Workers
+from training.eval_results import write_eval_results
 from training.failures import explained_failures
 from training.flops import peak_tflops_for_device, training_flops_per_sequence
 from training.hooks import StepLoggingHook, WeightsFingerprintHook
@@ -81,7 +83,7 @@ def _validate(flags, config):
 def log_plan(plan, dllog_path):
     """The run's effective recipe, at start-up, on the console and in the dllog."""
     line = plan_line(plan)
-    logging.info("plan: %s", line)
+    logging.info("plan: %s", line, extra=SHOW)
     if dllog_path:
         os.makedirs(os.path.dirname(os.path.abspath(dllog_path)), exist_ok=True)
         with open(dllog_path, "a", encoding="utf-8") as writer:
@@ -152,7 +154,8 @@ def _run(flags, workers):
             flops_per_sequence=training_flops_per_sequence(
                 config, flags.max_seq_length, flags.max_predictions_per_seq),
             peak_flops=device_peak and device_peak * workers.size,
-            dllog_path=flags.dllog_path, is_chief=workers.is_chief)
+            dllog_path=flags.dllog_path, is_chief=workers.is_chief,
+            total_steps=flags.num_train_steps)
         log_hooks.append(hook)
         return [hook]
 
@@ -191,10 +194,9 @@ def _run(flags, workers):
             metrics = estimator.evaluate(input_fn, steps=flags.max_eval_steps)
         results["eval"] = {k: float(v) for k, v in metrics.items()}
         path = os.path.join(flags.output_dir, "eval_results.txt")
-        with tf.io.gfile.GFile(path, "w") as writer:
-            for key in sorted(metrics):
-                writer.write(f"{key} = {metrics[key]}\n")
-        logging.info("eval results (%s): %s", path, results["eval"])
+        write_eval_results(path, metrics)
+        logging.info("eval results (%s): %s", path, ", ".join(
+            f"{key} = {value:.4g}" for key, value in sorted(results["eval"].items())), extra=SHOW)
     return results
 
 

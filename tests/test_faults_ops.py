@@ -100,7 +100,7 @@ def test_second_run_pretraining_on_one_folder_exits_nonzero_naming_the_first(
         cwd=repo_root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline, log = time.time() + 240, ""
-        while "step 2:" not in log:  # training, its files written
+        while "step 2/" not in log:  # training (its progress line), its files written
             line = first.stderr.readline()
             assert line or first.poll() is None, "first run ended early: " + log[-2000:]
             log += line

@@ -144,7 +144,7 @@ def preempt(args, env, cwd, after_step=2, timeout=600):
     logged optimizer step `after_step`; returns (exit code, output)."""
     run = Run(args, env, cwd)
     try:
-        run.wait_for(rf"\[0\]<std(err|out)>:.*step {after_step}: ", timeout)
+        run.wait_for(rf"\[0\]<std(err|out)>:.*step {after_step}/", timeout)
         run.process.send_signal(signal.SIGTERM)
         code = run.finish(timeout)
     finally:

@@ -130,7 +130,7 @@ def test_sigterm_saves_a_checkpoint_and_exits_zero(data, tmp_path, repo_root):
                                stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 240
     log = ""
-    while "step 5:" not in log:
+    while "step 5/" not in log:  # the progress line of step 5
         line = process.stderr.readline()
         assert line or process.poll() is None, "run ended early"
         log += line

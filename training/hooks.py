@@ -1,5 +1,5 @@
-"""Session hooks: step logging (console, JSON lines) with throughput and MFU, and
-checkpoint-on-preemption.
+"""Session hooks: step logging (log file, JSON lines, a progress line with an ETA on the
+console) with throughput and MFU, and checkpoint-on-preemption.
 
 Both are plain `tf.compat.v1.train.SessionRunHook`s so they work under any Estimator.
 """
@@ -11,6 +11,8 @@ import time
 import tensorflow as tf
 from absl import logging
 
+from cli.console import SHOW
+from cli.progress import ProgressLine, format_duration
 from training.train_step import OPTIMIZER_STEP_COLLECTION
 
 tf1 = tf.compat.v1
@@ -33,10 +35,16 @@ class StepLoggingHook(tf1.train.SessionRunHook):
     Throughput is sequences per second over all ranks: micro-batches x `global_batch_size`
     (per-rank batch x ranks) / wall time. The first `warmup_logs` intervals (graph
     compilation, XLA, cache warm-up) are left out of the final average.
+
+    With `total_steps`, each log also shows `step N/total  loss  seq/s  ETA` on the console
+    (NVIDIA-style; rewritten in place on a terminal, one line per log otherwise), from the
+    same measurements: the ETA is the remaining steps at the average time per step since
+    warm-up (the last interval's until then).
     """
 
     def __init__(self, tensors, every_n_steps, global_batch_size, flops_per_sequence=None,
-                 peak_flops=None, dllog_path=None, warmup_logs=1, is_chief=True):
+                 peak_flops=None, dllog_path=None, warmup_logs=1, is_chief=True,
+                 total_steps=None):
         self._tensors = tensors
         self._every = max(1, int(every_n_steps))
         self._global_batch = global_batch_size
@@ -45,6 +53,7 @@ class StepLoggingHook(tf1.train.SessionRunHook):
         self._dllog_path = dllog_path
         self._warmup_logs = warmup_logs
         self._is_chief = is_chief
+        self._total_steps = total_steps
         self.records = []
 
     def begin(self):
@@ -54,8 +63,11 @@ class StepLoggingHook(tf1.train.SessionRunHook):
         self._logs = 0
         self._measured_seconds = 0.0
         self._measured_sequences = 0
+        self._measured_steps = 0
+        self._last_step = None
         self._start = time.time()
         self._last_values = {}
+        self._progress = ProgressLine() if self._is_chief and self._total_steps else None
         if self._dllog_path and self._is_chief:
             os.makedirs(os.path.dirname(os.path.abspath(self._dllog_path)), exist_ok=True)
 
@@ -74,6 +86,8 @@ class StepLoggingHook(tf1.train.SessionRunHook):
         self._count += 1
         self._last_values = values
         step = int(values["global_step"])
+        if self._last_step is None:  # the step this run started from
+            self._last_step = step - 1 if values["is_optimizer_step"] else step
         if values["is_optimizer_step"] and step % self._every == 0:
             self._emit(values, step)
 
@@ -92,9 +106,11 @@ class StepLoggingHook(tf1.train.SessionRunHook):
             if self._peak_flops:
                 record["mfu"] = record["tflops"] * 1e12 / self._peak_flops
         self._logs += 1
+        steps = max(step - self._last_step, 1)
         if self._logs > self._warmup_logs:
             self._measured_seconds += seconds
             self._measured_sequences += sequences
+            self._measured_steps += steps
         self.records.append(record)
         if self._is_chief:
             logging.info("step %d: %s", step, ", ".join(
@@ -103,8 +119,21 @@ class StepLoggingHook(tf1.train.SessionRunHook):
             if self._dllog_path:
                 with open(self._dllog_path, "a", encoding="utf-8") as writer:
                     writer.write(json.dumps(record) + "\n")
+            if self._progress:
+                self._progress.show(self._progress_text(record, seconds / steps))
         self._sums, self._count, self._micro_batches = {}, 0, 0
-        self._last_time = now
+        self._last_time, self._last_step = now, step
+
+    def _progress_text(self, record, interval_seconds_per_step):
+        """`step 120/1000  loss 7.12  312.4 seq/s  ETA 0:04:12`."""
+        per_step = (self._measured_seconds / self._measured_steps if self._measured_steps
+                    else interval_seconds_per_step)
+        loss = record.get("total_loss", record.get("loss"))
+        left = max(self._total_steps - record["step"], 0)
+        return "  ".join([f"step {record['step']}/{self._total_steps}"]
+                         + ([f"loss {loss:.4g}"] if loss is not None else [])
+                         + [f"{record['sequences_per_second']:.1f} seq/s",
+                            f"ETA {format_duration(left * per_step)}"])
 
     def summary(self):
         """Totals of the run: average throughput without warm-up, time, final loss."""
@@ -121,9 +150,12 @@ class StepLoggingHook(tf1.train.SessionRunHook):
     def end(self, session):
         if not self._is_chief:
             return
+        if self._progress:
+            self._progress.close()
         summary = self.summary()
         logging.info("training done: %s", ", ".join(
-            f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in summary.items()))
+            f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in summary.items()),
+            extra=SHOW)
         if self._dllog_path:
             with open(self._dllog_path, "a", encoding="utf-8") as writer:
                 writer.write(json.dumps(dict(summary, event="summary")) + "\n")
@@ -237,4 +269,5 @@ class WeightsFingerprintHook(tf1.train.SessionRunHook):
 
     def end(self, session):
         self.fingerprint = float(session.run(self._squares))
-        logging.info("rank %d weights fingerprint %.12e", self._rank, self.fingerprint)
+        logging.info("rank %d weights fingerprint %.12e", self._rank, self.fingerprint,
+                     extra=SHOW)

@@ -20,6 +20,7 @@ import os
 import tensorflow as tf
 from absl import logging
 
+from cli.console import SHOW
 from training import data_order, input_state
 from training.disk_space import (CheckpointSpaceListener, remove_partial_writes,
                                  remove_unrecorded_checkpoints)
@@ -59,7 +60,7 @@ def _input_position(training_input, output_dir, workers, save_checkpoints_steps,
     if restore:  # the pipeline as it was saved: the state holds its skip as done
         skip = saved_skip
         logging.info("rank %d resumes its input from %s (micro_step %d): 0 records skipped",
-                     workers.rank, store.path(micro_step), micro_step)
+                     workers.rank, store.path(micro_step), micro_step, extra=SHOW)
     else:
         skip = max(consumed, 0) * training_input.batch_size
         if skip:
@@ -105,7 +106,7 @@ def train_resuming(estimator, training_input, output_dir, max_steps, workers,
     done = checkpoint_value(output_dir, "global_step")
     if done >= max_steps:
         logging.info("%s already holds step %d >= %d: nothing to train", output_dir, done,
-                     max_steps)
+                     max_steps, extra=SHOW)
         return None
     if workers.is_chief:  # one run owns the folder (run lock): what is half-written is dead
         for path in remove_leftovers(output_dir, input_state.rank_directories(output_dir)):

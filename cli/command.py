@@ -1,0 +1,54 @@
+"""One command: grouped `--help`, absl flag parsing, console and log file, then its `main`.
+
+Every command (`cli/<command>.py`) is a `Command`; its console script (setup.py) and the
+top-level script of the same job both call `COMMAND.run()`, which does what all commands
+share, in the order it must happen: the console is prepared before TensorFlow is imported
+(commands import TensorFlow inside `main`, never at module level).
+"""
+import dataclasses
+import logging
+import sys
+from typing import Callable, Optional, Sequence
+
+HELP_ARGS = ("--help", "-h", "-?", "--helpshort")
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """name: the log file's name (`<name>.log`) and the command's name in messages;
+    define_flags(flag_values); main(flag_values) -> exit status;
+    log_folder(flag_values) -> the folder of the log file (None: no log file unless
+    --log_dir); console_level: the lowest level of the command's own log records shown on
+    the console (INFO for a command whose INFO lines are its output)."""
+    name: str
+    doc: str
+    define_flags: Callable
+    main: Callable
+    required: Sequence[str] = ()
+    log_folder: Callable = lambda flag_values: None
+    console_level: int = logging.WARNING
+
+    def run(self, argv: Optional[Sequence[str]] = None):
+        """Parses the command line (sys.argv) and runs the command; exits with its status."""
+        from absl import app, flags
+
+        from cli import console
+        from cli.flag_groups import grouped_help
+        argv = list(sys.argv if argv is None else argv)
+        console.prepare(argv)
+        self.define_flags(flags.FLAGS)
+        if any(arg in HELP_ARGS for arg in argv[1:]):
+            print(grouped_help(self.doc, flags.FLAGS, self.required))
+            sys.exit(0)
+        flags.mark_flags_as_required(list(self.required))
+
+        def main(args):
+            if len(args) > 1:
+                print(f"error: {args[1]}: unexpected argument", file=sys.stderr)
+                return 1
+            values = flags.FLAGS
+            console.start(self.name, values.log_dir or self.log_folder(values),
+                          self.console_level)
+            return self.main(values)
+
+        app.run(main, argv=argv)

@@ -1,0 +1,109 @@
+"""Ask a fine-tuned BERT: SQuAD answers or GLUE labels, from a SavedModel or a checkpoint.
+
+    bert-inference --saved_model=export/1700000000 \
+        --question="Who wrote it?" --context="It was written by Jane Austen."
+    bert-inference --saved_model=export/1700000000 --text="a gripping film"
+    bert-inference --saved_model=... --input_file=queries.jsonl   # one JSON object a line
+    bert-inference --init_checkpoint=out --bert_config_file=bert_config.json \
+        --vocab_file=vocab.txt --task_name=sst-2 --max_seq_length=128 --text="..."
+    (or: python inference.py ...)
+Prints one JSON object per query on stdout (notes and errors go to stderr).
+"""
+import json
+import sys
+
+from cli.command import Command
+from cli.flag_groups import INPUT, MODEL, binders
+
+
+def define_flags(flag_values):
+    model, checkpoint, query = binders(flag_values, MODEL, "Model from a checkpoint", INPUT)
+    model.DEFINE_string("saved_model", None,
+                        "A SavedModel exported by bert-squad/bert-glue (--export_dir).")
+    model.DEFINE_string("vocab_file", None,
+                        "WordPiece vocab (a SavedModel carries its own; needed with "
+                        "--init_checkpoint).")
+    checkpoint.DEFINE_string("init_checkpoint", None,
+                             "Or: a fine-tuned checkpoint (prefix or folder).")
+    checkpoint.DEFINE_string("bert_config_file", None, "With --init_checkpoint: bert_config.json.")
+    checkpoint.DEFINE_bool("do_lower_case", True, "With --init_checkpoint: lower-case input.")
+    checkpoint.DEFINE_string("task_name", None, "With --init_checkpoint: squad, or a GLUE task.")
+    checkpoint.DEFINE_integer("max_seq_length", 384, "With --init_checkpoint: sequence length.")
+    checkpoint.DEFINE_integer("doc_stride", 128,
+                              "With --init_checkpoint and squad: stride of the window over "
+                              "long contexts.")
+    checkpoint.DEFINE_integer("max_query_length", 64,
+                              "With --init_checkpoint and squad: question tokens kept.")
+    checkpoint.DEFINE_bool("version_2_with_negative", False,
+                           "With --init_checkpoint and squad: questions may have no answer.")
+    query.DEFINE_string("question", None, "A question (SQuAD models).")
+    query.DEFINE_string("context", None, "The passage that answers --question.")
+    query.DEFINE_string("text", None, "Text to classify (GLUE models).")
+    query.DEFINE_string("text_b", None, "Second text of a pair.")
+    query.DEFINE_string("input_file", None,
+                        "JSON lines: {question, context} or {text, text_b}, one query a line.")
+
+
+def _flag_name(field):
+    """How messages name a query field given on the command line."""
+    return f"--{field}"
+
+
+def _queries(flags, model):
+    """([(where, query)], how to spell a field in messages about them).
+
+    `where` is what an error about the query names: the file and line of --input_file, or
+    the model (`model`) for a query given with flags.
+    """
+    if flags.input_file:
+        from finetuning.inference import read_query_file
+        return read_query_file(flags.input_file), json.dumps
+    if flags.question is not None or flags.context is not None:
+        return [(model, {"question": flags.question, "context": flags.context})], _flag_name
+    if flags.text is not None:
+        return [(model, {"text": flags.text, "text_b": flags.text_b})], _flag_name
+    raise ValueError("nothing to ask: pass --question/--context, --text or --input_file")
+
+
+def _load_model(flags):
+    """(task, runner, vocab file, do_lower_case) from --saved_model or --init_checkpoint."""
+    from finetuning import inference
+    if flags.saved_model:
+        task, runner, vocab, lower = inference.load_saved_model(flags.saved_model)
+        return task, runner, flags.vocab_file or vocab, lower
+    if not (flags.init_checkpoint and flags.bert_config_file and flags.vocab_file
+            and flags.task_name):
+        raise ValueError("pass --saved_model, or --init_checkpoint with "
+                         "--bert_config_file, --vocab_file and --task_name")
+    task, runner = inference.load_checkpoint_model(
+        flags.init_checkpoint, flags.bert_config_file, flags.task_name, flags.max_seq_length,
+        flags.do_lower_case, flags.doc_stride, flags.max_query_length,
+        flags.version_2_with_negative)
+    return task, runner, flags.vocab_file, flags.do_lower_case
+
+
+def _note(line):
+    """Information for the user (not an error): stdout stays one JSON object per query."""
+    print(f"note: {line}", file=sys.stderr)
+
+
+def main(flags):
+    from data_prep.tokenization import FullTokenizer
+    from finetuning import inference
+    try:
+        queries, spell = _queries(flags, flags.saved_model or flags.init_checkpoint
+                                  or "inference.py")
+        task, runner, vocab, lower = _load_model(flags)
+        for where, query in queries:
+            inference.check_query(task, query, where, spell)
+        answers = inference.predict(task, runner, FullTokenizer(vocab, lower),
+                                    [query for _, query in queries], note=_note)
+    except (ValueError, OSError, KeyError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    for answer in answers:
+        print(json.dumps(answer, ensure_ascii=False))
+    return 0
+
+
+COMMAND = Command("inference", __doc__, define_flags, main)
