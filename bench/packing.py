@@ -57,7 +57,7 @@ def measure(files, tokenizer, seq_length, per_row, seed=12345):
                                  dupe_factor=1, random_seed=seed)
     vocab = VocabInfo.from_tokenizer(tokenizer)
     corpus, _ = read_corpus(files, tokenizer)
-    rng_order, rng_stream, rng_trunc, rng_shuffle, rng_mask = _random_streams(seed)
+    rng_order, rng_stream, rng_trunc, rng_shuffle, rng_mask, _ = _random_streams(seed)
     plan = plan_instances(corpus, options, rng_order, rng_stream)
     plan = truncate_plan(plan, seq_length - 3, rng_trunc)
     plan = plan.take(rng_shuffle.permutation(len(plan)))

@@ -71,7 +71,7 @@ def _first_problem(batch, spec, value_ranges):
                 return row, problem
         return None
     bad_rows = []
-    for name in sorted(value_ranges or {}):
+    for name in sorted(set(value_ranges or {}) & set(parsed)):  # ranges of features it has
         low, high, _ = value_ranges[name]
         values = parsed[name].numpy()
         rows = np.flatnonzero(((values < low) | (values >= high)).reshape(len(batch), -1)
