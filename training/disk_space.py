@@ -6,7 +6,8 @@ Why: a full disk during a checkpoint ends the run with a TensorFlow traceback an
 files, `graph.pbtxt.tmp<hex>` and similar half-writes behind for good, taking space that
 the next attempt needs too. So:
 - `CheckpointSpaceListener` checks the free space before each save against what one
-  checkpoint takes (the latest one's files in the folder, else the variables' bytes) and
+  checkpoint takes (the latest one's files in the folder, else the variables' and the
+  graph's bytes) and
   stops the run with `DiskFullError` before writing anything: one line naming the folder,
   the space needed and the space free;
 - a write that fails anyway (another process filled the disk, a write outside checkpoints)
@@ -100,16 +101,18 @@ class CheckpointSpaceListener(tf1.train.CheckpointSaverListener):
     def __init__(self, model_dir, extra_bytes=lambda: 0):
         self._model_dir = model_dir
         self._extra_bytes = extra_bytes
-        self._variables_bytes = None
+        self._first_bytes = None
 
     def begin(self):
-        self._variables_bytes = sum(v.shape.num_elements() * v.dtype.base_dtype.size
-                                    for v in tf1.global_variables())
+        # Before the first checkpoint: its data file holds the variables, its .meta the graph.
+        self._first_bytes = (sum(v.shape.num_elements() * v.dtype.base_dtype.size
+                                 for v in tf1.global_variables())
+                             + tf1.get_default_graph().as_graph_def().ByteSize())
 
     def need(self):
         """(bytes, basis) one more checkpoint takes here."""
         latest = latest_checkpoint_bytes(self._model_dir)
-        need, basis = latest if latest else (self._variables_bytes or 0, "the variables")
+        need, basis = latest if latest else (self._first_bytes or 0, "the variables and graph")
         extra = self._extra_bytes()
         return need + extra, basis + (" and the input state" if extra else "")
 
