@@ -7,15 +7,29 @@ share, in the order it must happen: the console is prepared before TensorFlow is
 """
 import dataclasses
 import logging
+import os
 import sys
 from typing import Callable, Optional, Sequence
+
+from absl import app, flags
+
+from cli import console
+from cli.flag_groups import grouped_help
 
 HELP_ARGS = ("--help", "-h", "-?", "--helpshort")
 
 
+def _print_help(text):
+    """To stdout; `bert-pretrain --help | head` is not an error (absl's --help does the same)."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 @dataclasses.dataclass(frozen=True)
 class Command:
-    """name: the log file's name (`<name>.log`) and the command's name in messages;
+    """name: the log file's name (`<name>.log`); doc: the text `--help` starts with;
     define_flags(flag_values); main(flag_values) -> exit status;
     log_folder(flag_values) -> the folder of the log file (None: no log file unless
     --log_dir); console_level: the lowest level of the command's own log records shown on
@@ -30,15 +44,11 @@ class Command:
 
     def run(self, argv: Optional[Sequence[str]] = None):
         """Parses the command line (sys.argv) and runs the command; exits with its status."""
-        from absl import app, flags
-
-        from cli import console
-        from cli.flag_groups import grouped_help
         argv = list(sys.argv if argv is None else argv)
         console.prepare(argv)
         self.define_flags(flags.FLAGS)
         if any(arg in HELP_ARGS for arg in argv[1:]):
-            print(grouped_help(self.doc, flags.FLAGS, self.required))
+            _print_help(grouped_help(self.doc, flags.FLAGS, self.required))
             sys.exit(0)
         flags.mark_flags_as_required(list(self.required))
 

@@ -4,6 +4,7 @@
 CPU needs its environment flag set before TensorFlow starts).
 """
 from cli.command import Command
+from finetuning.flags import define_classifier_flags, define_squad_flags
 
 GLUE_DOC = """Fine-tune BERT on a GLUE task (Google's run_classifier.py flags).
 
@@ -47,18 +48,11 @@ def _main(task_class_name):
     return main
 
 
-def _define(name):
-    def define_flags(flag_values):
-        from finetuning import flags
-        getattr(flags, name)(flag_values)
-    return define_flags
-
-
 def _output_dir(flags):
     return flags.output_dir
 
 
-GLUE = Command("run_classifier", GLUE_DOC, _define("define_classifier_flags"),
-               _main("ClassifierTask"), REQUIRED, _output_dir)
-SQUAD = Command("run_squad", SQUAD_DOC, _define("define_squad_flags"), _main("SquadTask"),
-                REQUIRED, _output_dir)
+GLUE = Command("run_classifier", GLUE_DOC, define_classifier_flags, _main("ClassifierTask"),
+               REQUIRED, _output_dir)
+SQUAD = Command("run_squad", SQUAD_DOC, define_squad_flags, _main("SquadTask"), REQUIRED,
+                _output_dir)

@@ -13,11 +13,7 @@ the training summary and the evaluation (written to <output_dir>/eval_results.tx
 Google's names). The log file is <output_dir>/run_pretraining.log.
 """
 from cli.command import Command
-
-
-def define_flags(flag_values):
-    from pretraining.flags import define_flags as define_pretraining_flags
-    define_pretraining_flags(flag_values)
+from pretraining.flags import define_flags
 
 
 def main(flags):

@@ -291,7 +291,8 @@ def action_create_vocab(o: PrepOptions, layout: Layout) -> int:
     t0 = time.perf_counter()
     try:
         n = vocab.train_wordpiece_vocab(_formatted_inputs(o, layout), out,
-                                        vocab_size=o.vocab_size, do_lower_case=o.do_lower_case)
+                                        vocab_size=o.vocab_size, do_lower_case=o.do_lower_case,
+                                        progress=o.progress)
     except vocab.VocabTrainingError as e:
         path, _, problem = str(e).partition(": ")
         raise DataPrepError(path, problem or str(e)) from None

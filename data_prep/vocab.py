@@ -7,6 +7,7 @@ split, lower-case and accent stripping when uncased), so every learned piece is 
 followed by `[UNK] [CLS] [SEP] [MASK]`.
 """
 import os
+import sys
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
@@ -16,9 +17,10 @@ class VocabTrainingError(ValueError):
 
 
 def train_wordpiece_vocab(input_files, output_file, vocab_size=30522, do_lower_case=True,
-                          min_frequency=2, limit_alphabet=1000):
+                          min_frequency=2, limit_alphabet=1000, progress=False):
     """Trains on `input_files` (plain text) and writes `output_file` (one token a line,
-    atomically). Returns the number of tokens written."""
+    atomically). Returns the number of tokens written. `progress`: the trainer's own bars
+    (None: on a terminal only; they have no plain-line form for logs)."""
     from tokenizers import BertWordPieceTokenizer
 
     missing = [path for path in input_files if not os.path.isfile(path)]
@@ -31,7 +33,8 @@ def train_wordpiece_vocab(input_files, output_file, vocab_size=30522, do_lower_c
                                        strip_accents=do_lower_case, lowercase=do_lower_case)
     tokenizer.train(list(input_files), vocab_size=vocab_size, min_frequency=min_frequency,
                     limit_alphabet=limit_alphabet, special_tokens=SPECIAL_TOKENS,
-                    wordpieces_prefix="##", show_progress=False)
+                    wordpieces_prefix="##",
+                    show_progress=sys.stderr.isatty() if progress is None else progress)
     vocab = tokenizer.get_vocab()
     tokens = [token for token, _ in sorted(vocab.items(), key=lambda item: item[1])]
     if tokens[:len(SPECIAL_TOKENS)] != SPECIAL_TOKENS:

@@ -6,5 +6,5 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$ROOT/scripts/install.sh"
 VENV="${BERT_VENV:-$ROOT/.venv}"
 cd "$ROOT"
-export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
+# The demo keeps TensorFlow's logging out of the console itself (demo.py -v 0 brings it back).
 exec "$VENV/bin/python" demo.py "$@"
