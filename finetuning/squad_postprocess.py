@@ -28,6 +28,7 @@ import numpy as np
 from absl import logging
 
 from data_prep.tokenization import BasicTokenizer
+from training.atomic_files import write_text_atomically
 
 RawResult = collections.namedtuple("RawResult", ["unique_id", "start_logits", "end_logits"])
 
@@ -228,18 +229,4 @@ def write_predictions(examples, features, results, n_best_size, max_answer_lengt
 def _write_json_atomic(path, value):
     if path is None:
         return
-    text = json.dumps(value, indent=4) + "\n"
-    path = os.fspath(path)
-    if "://" in path:  # remote storage: no rename needed (objects appear whole)
-        import tensorflow as tf
-        with tf.io.gfile.GFile(path, "w") as f:
-            f.write(text)
-        return
-    tmp_path = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(tmp_path, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp_path, path)
-    finally:
-        if os.path.exists(tmp_path):
-            os.remove(tmp_path)
+    write_text_atomically(os.fspath(path), json.dumps(value, indent=4) + "\n")

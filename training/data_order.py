@@ -19,6 +19,7 @@ import os
 import tensorflow as tf
 from absl import logging
 
+from training.atomic_files import write_text_atomically
 from training.settings import UsageError
 
 DATA_ORDER_FILE = "data_order.json"
@@ -28,10 +29,7 @@ START = "start_micro_step"
 def write_json_atomically(path, value):
     """Writes `value` as JSON to `path` via a temporary name and a rename, so readers (other
     ranks, a resumed run after kill -9) see the old file or the new one, never a part."""
-    temporary = f"{path}.tmp-{os.getpid()}"
-    with tf.io.gfile.GFile(temporary, "w") as writer:
-        writer.write(json.dumps(value, indent=1, sort_keys=True) + "\n")
-    tf.io.gfile.rename(temporary, path, overwrite=True)
+    write_text_atomically(path, json.dumps(value, indent=1, sort_keys=True) + "\n")
 
 
 def read_json(path):
