@@ -604,7 +604,8 @@ def test_cli_writes_readable_records_and_reports_errors(minilm_vocab, tmp_path):
     assert record_metadata.parse(open(out + ".meta.json").read(), out) == {
         "format": "bert-pretraining-records", "writer_version": 1, "records": len(records),
         "max_seq_length": 32, "max_predictions_per_seq": 5, "vocab_size": len(vocab),
-        "vocab_sha256": record_metadata.vocab_sha256(vocab), "masking": "static"}
+        "vocab_sha256": record_metadata.vocab_sha256(vocab), "masking": "static",
+        "sequences_per_row": 0}
 
     with open(src, "ab") as f:
         f.write(b"caf\xe9\n")
