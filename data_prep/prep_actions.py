@@ -53,7 +53,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 from cli.progress import eta
 from data_prep.pretraining_data import DataPrepError
 from data_prep.temporaries import remove_stale_temporaries
-from data_prep.worker_lifetime import die_with_parent
+from data_prep.worker_lifetime import die_with_parent, pool_context
 
 ACTIONS = ("download", "text_formatting", "sharding", "create_tfrecord_files", "create_vocab")
 CORPORA = ("wikicorpus_en", "wikicorpus_zh", "bookscorpus", "books_wiki_en_corpus", "custom")
@@ -410,7 +410,7 @@ def action_create_tfrecord_files(o: PrepOptions, layout: Layout) -> int:
     elif jobs:
         from concurrent.futures import ProcessPoolExecutor
         with ProcessPoolExecutor(max_workers=min(o.n_processes, len(jobs)),
-                                 initializer=die_with_parent,
+                                 mp_context=pool_context(), initializer=die_with_parent,
                                  initargs=(os.getpid(), _pool_init)) as pool:
             for result in pool.map(tfrecord_job, *zip(*jobs)):
                 report(result)

@@ -38,7 +38,7 @@ import numpy as np
 
 from data_prep.pretraining_data import DataPrepError
 from data_prep import sentence_segmentation
-from data_prep.worker_lifetime import die_with_parent
+from data_prep.worker_lifetime import die_with_parent, pool_context
 
 
 class ShardingError(DataPrepError):
@@ -263,8 +263,7 @@ def shard_corpus(input_files: Sequence[str], output_dir: str, prefix: str,
                     results[res[0]] = res
                     shards.update(1)
             else:
-                import multiprocessing
-                with multiprocessing.Pool(min(options.n_processes, len(jobs)),
+                with pool_context().Pool(min(options.n_processes, len(jobs)),
                                           initializer=die_with_parent,
                                           initargs=(os.getpid(),)) as pool:
                     for res in pool.imap_unordered(_write_shard_job, jobs):

@@ -15,6 +15,13 @@ die before the worker's prctl call, in which case no signal ever comes: the work
 that its parent is no longer the original one and exits at once. Elsewhere (macOS, Windows)
 there is no such request and the initializer does nothing but the same check.
 
+Workers are started with the "spawn" method (`pool_context`): a fresh interpreter, not a
+fork of the parent. A fork copies only the forking thread, so a parent that has other threads
+(tqdm's monitor, or TensorFlow's when a test or a notebook calls the actions in-process) can
+hand a worker a lock held forever; the worker then hangs in its first malloc or log call and
+the pool waits for it. Spawned workers are still the parent's children (the death signal and
+the check below hold) and cost about half a second each to start.
+
 Caveat: the kernel signals when the *thread* that forked the worker ends. Both pools used here
 start their workers from the main thread (``multiprocessing.Pool`` re-spawns a crashed worker
 from its handler thread, which lives as long as the pool).
@@ -34,6 +41,13 @@ def _request_death_signal(sig):
     if libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
+
+
+def pool_context():
+    """The multiprocessing context every pool of data preparation uses ("spawn", see the
+    module docstring)."""
+    import multiprocessing
+    return multiprocessing.get_context("spawn")
 
 
 def die_with_parent(parent_pid, initializer=None, *initargs):
