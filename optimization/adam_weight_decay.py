@@ -22,14 +22,16 @@ from optimization.decoupled_weight_decay import DecoupledWeightDecayOptimizer
 class AdamWeightDecayOptimizer(DecoupledWeightDecayOptimizer):
     """Adam with decoupled weight decay and no bias correction (Google BERT)."""
 
+    SLOTS = ("m", "v")
+
     def __init__(self, learning_rate, weight_decay_rate=0.01, beta_1=0.9, beta_2=0.999,
                  epsilon=1e-6, exclude_from_weight_decay=None, clip_norm=1.0,
-                 name="AdamWeightDecay"):
+                 name="AdamWeightDecay", fused=True):
         """``exclude_from_weight_decay``: regexes searched in variable names; None means
         ``("LayerNorm", "layer_norm", "bias")``, an empty list decays everything.
         ``clip_norm``: global-norm clipping before the update (None: off)."""
         super().__init__(learning_rate, weight_decay_rate, exclude_from_weight_decay, name,
-                         clip_norm)
+                         clip_norm, fused)
         self.beta_1 = beta_1
         self.beta_2 = beta_2
         self.epsilon = epsilon
@@ -39,13 +41,11 @@ class AdamWeightDecayOptimizer(DecoupledWeightDecayOptimizer):
             self._zeros_slot(var, "m", state_names.ADAM_M)
             self._zeros_slot(var, "v", state_names.ADAM_V)
 
-    def _apply_one(self, grad, var, lr, step_state):
-        m = self.get_slot(var, "m")
-        v = self.get_slot(var, "v")
+    def _next_values(self, grad, var, slots, lr, step_state, decay, adapt):
+        m, v = slots
         next_m = self.beta_1 * m + (1.0 - self.beta_1) * grad
         next_v = self.beta_2 * v + (1.0 - self.beta_2) * tf.square(grad)
         update = next_m / (tf.sqrt(next_v) + self.epsilon)
-        if self.uses_weight_decay(var):
+        if decay:
             update += self.weight_decay_rate * var
-        next_w = var - lr * update
-        return tf.group(m.assign(next_m), v.assign(next_v), var.assign(next_w))
+        return var - lr * update, [next_m, next_v]

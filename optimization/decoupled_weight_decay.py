@@ -48,15 +48,21 @@ def to_dense(grad):
 class DecoupledWeightDecayOptimizer(tf.compat.v1.train.Optimizer):
     """Base of Adam-style optimizers with decoupled weight decay and name-based exclusion.
 
-    Subclasses implement ``_create_slots``, ``_apply_one`` and optionally
-    ``_prepare_step`` (run once per ``apply_gradients``, e.g. to advance a step counter).
-    ``clip_norm`` (default 1.0, None to disable) clips all gradients to that global norm
-    before the update.
+    Subclasses name their slots in ``SLOTS`` and implement ``_create_slots``,
+    ``_next_values`` (the equations, on tensors) and optionally ``_prepare_step`` (run once
+    per ``apply_gradients``, e.g. to advance a step counter). ``clip_norm`` (default 1.0,
+    None to disable) clips all gradients to that global norm before the update.
+    ``fused`` (default) compiles each variable's update with XLA (see the module
+    docstring); ``fused=False`` builds the same equations as separate TensorFlow ops.
     """
 
+    SLOTS = ()  # slot names, in the order ``_next_values`` takes and returns them
+
     def __init__(self, learning_rate, weight_decay_rate, exclude_from_weight_decay, name,
-                 clip_norm=1.0):
+                 clip_norm=1.0, fused=True):
         super().__init__(use_locking=False, name=name)
+        self.fused = fused
+        self._compiled_update = None
         self.learning_rate = learning_rate
         self.weight_decay_rate = weight_decay_rate
         self.clip_norm = clip_norm
@@ -73,37 +79,76 @@ class DecoupledWeightDecayOptimizer(tf.compat.v1.train.Optimizer):
         with tf.init_scope():
             self._create_slots(list(var_list))
 
-    def apply_gradients(self, grads_and_vars, global_step=None, name=None, global_norm=None):
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None, global_norm=None,
+                        grad_multiplier=None):
         """Updates the variables; increments ``global_step`` afterwards when given.
 
-        ``global_norm``: the global norm of the gradients if the caller has it (the
-        training op does), so clipping does not compute it again."""
+        ``grad_multiplier``: a scalar every gradient is multiplied by before use (the
+        training op's 1/loss-scale and 1/micro-batches), applied inside the fused update
+        instead of as a separate pass over every gradient. ``global_norm``: the global norm
+        of the gradients *after* that multiplier, if the caller has it (the training op
+        does), so clipping does not compute it again."""
         pairs = [(to_dense(g), v) for g, v in grads_and_vars if g is not None]
         if not pairs:
             raise ValueError("No gradients provided for any variable.")
         grads, var_list = [list(x) for x in zip(*pairs)]
         self.create_slots(var_list)
         with tf.compat.v1.name_scope(name, self.get_name()):
-            grads = self._clip(grads, global_norm)
+            multiplier = self._clip_multiplier(grads, global_norm, grad_multiplier)
             lr = tf.cast(tf.convert_to_tensor(self.learning_rate), tf.float32)
             step_state = self._prepare_step()
-            updates = [self._apply_one(g, v, lr, step_state) for g, v in zip(grads, var_list)]
+            updates = [self._apply_one(g, v, lr, multiplier, step_state)
+                       for g, v in zip(grads, var_list)]
             update_op = tf.group(*updates)
             if global_step is None:
                 return update_op
             with tf.control_dependencies([update_op]):
                 return global_step.assign_add(1, read_value=False)
 
-    def _clip(self, grads, global_norm=None):
-        """Scales all gradients by ``clip_norm / max(global_norm, clip_norm)``."""
+    def _clip_multiplier(self, grads, global_norm, grad_multiplier):
+        """The scalar that turns the raw gradients into clipped ones:
+        ``grad_multiplier * clip_norm / max(global_norm, clip_norm)`` (what
+        ``tf.clip_by_global_norm`` multiplies by), float32."""
+        multiplier = (tf.constant(1.0) if grad_multiplier is None
+                      else tf.cast(grad_multiplier, tf.float32))
         if not self.clip_norm:
-            return grads
-        clipped, _ = tf.clip_by_global_norm(grads, clip_norm=self.clip_norm,
-                                            use_norm=global_norm)
-        return clipped
+            return multiplier
+        if global_norm is None:
+            global_norm = tf.linalg.global_norm(grads) * multiplier
+        clip_norm = tf.constant(float(self.clip_norm))
+        return multiplier * clip_norm / tf.maximum(tf.cast(global_norm, tf.float32), clip_norm)
+
+    def _apply_one(self, grad, var, lr, multiplier, step_state):
+        """A tensor whose evaluation updates ``var`` and its slots from ``grad * multiplier``."""
+        slots = [self.get_slot(var, name) for name in self.SLOTS]
+        flags = (self.uses_weight_decay(var), self.uses_layer_adaptation(var))
+        if not self.fused:
+            return self._update_variable(grad, var, slots, lr, multiplier, step_state, *flags)
+        if self._compiled_update is None:
+            self._compiled_update = tf.function(self._update_variable, jit_compile=True,
+                                                autograph=False)
+        return self._compiled_update(grad, var, slots, lr, multiplier, step_state, *flags)
+
+    def _update_variable(self, grad, var, slots, lr, multiplier, step_state, decay, adapt):
+        """Reads ``var`` and its slots, computes their next values (``_next_values``) and
+        assigns them. Compiled by XLA as one unit when ``fused``, so the dozen element-wise
+        operations of an Adam/LAMB update become one or two passes over memory."""
+        grad = grad * multiplier
+        next_var, next_slots = self._next_values(
+            grad, var.read_value(), [s.read_value() for s in slots], lr, step_state, decay,
+            adapt)
+        assigns = [s.assign(value, read_value=False) for s, value in zip(slots, next_slots)]
+        assigns.append(var.assign(next_var, read_value=False))
+        with tf.control_dependencies(assigns):  # a tensor: a compiled function returns one
+            return tf.constant(True)
+
+    def uses_layer_adaptation(self, var):
+        """Whether ``var``'s update is scaled by a trust ratio (LAMB only)."""
+        return False
 
     def _prepare_step(self):
-        return None
+        return ()
 
-    def _apply_one(self, grad, var, lr, step_state):
+    def _next_values(self, grad, var, slots, lr, step_state, decay, adapt):
+        """``(next_var, [next_slot, ...])`` from tensors: the optimizer's equations."""
         raise NotImplementedError

@@ -46,10 +46,15 @@ class GradientAccumulator:
             count = self.local_step.assign_add(1)
         return count >= self.num_steps
 
-    def average(self):
-        """The mean of the accumulated gradients (over the micro-batches really held)."""
-        count = tf.cast(tf.maximum(self.local_step.read_value(), 1), tf.float32)
-        return [b.read_value() / count for b in self.buffers]
+    def sums(self):
+        """The accumulated gradients (sums over the micro-batches held)."""
+        return [b.read_value() for b in self.buffers]
+
+    def mean_multiplier(self):
+        """1 / micro-batches held: ``sums() * mean_multiplier()`` is the mean gradient.
+        Kept a scalar so the optimizer folds it into its update instead of writing a
+        divided copy of every buffer."""
+        return 1.0 / tf.cast(tf.maximum(self.local_step.read_value(), 1), tf.float32)
 
     def reset(self):
         """Op zeroing the buffers and the micro-batch counter."""

@@ -51,11 +51,13 @@ from optimization.state_names import OPTIMIZER_SLOT_SUFFIXES  # noqa: F401  (re-
 class LAMBOptimizer(DecoupledWeightDecayOptimizer):
     """LAMB with NVIDIA's global-norm pre-normalisation (NVLAMB)."""
 
+    SLOTS = ("m", "v")
+
     def __init__(self, learning_rate, weight_decay_rate=0.01, beta_1=0.9, beta_2=0.999,
                  epsilon=1e-6, exclude_from_weight_decay=None,
-                 exclude_from_layer_adaptation=(), clip_norm=1.0, name="LAMB"):
+                 exclude_from_layer_adaptation=(), clip_norm=1.0, name="LAMB", fused=True):
         super().__init__(learning_rate, weight_decay_rate, exclude_from_weight_decay, name,
-                         clip_norm)
+                         clip_norm, fused)
         self.beta_1 = beta_1
         self.beta_2 = beta_2
         self.epsilon = epsilon
@@ -92,22 +94,20 @@ class LAMBOptimizer(DecoupledWeightDecayOptimizer):
                        for beta in (self.beta_1, self.beta_2)]
         return tuple(tf.cast(c, tf.float32) for c in corrections)
 
-    def _apply_one(self, grad, var, lr, step_state):
+    def _next_values(self, grad, var, slots, lr, step_state, decay, adapt):
+        m, v = slots
         correction_1, correction_2 = step_state
-        m = self.get_slot(var, "m")
-        v = self.get_slot(var, "v")
         next_m = self.beta_1 * m + (1.0 - self.beta_1) * grad
         next_v = self.beta_2 * v + (1.0 - self.beta_2) * tf.square(grad)
         m_hat = next_m / correction_1
         v_hat = next_v / correction_2
         update = m_hat / (tf.sqrt(v_hat) + self.epsilon)
-        if self.uses_weight_decay(var):
+        if decay:
             update += self.weight_decay_rate * var
         ratio = 1.0
-        if self.uses_layer_adaptation(var):
+        if adapt:
             w_norm = tf.norm(var)
             u_norm = tf.norm(update)
             ratio = tf.where((w_norm > 0.0) & (u_norm > 0.0),
                              w_norm / tf.maximum(u_norm, 1e-30), 1.0)
-        next_w = var - lr * ratio * update
-        return tf.group(m.assign(next_m), v.assign(next_v), var.assign(next_w))
+        return var - lr * ratio * update, [next_m, next_v]

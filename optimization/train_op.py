@@ -133,16 +133,26 @@ def create_train_op(loss, optimizer_type, init_lr, num_train_steps, num_warmup_s
     if allreduce_fn is not None and not allreduce_post_accumulation:
         grads = [allreduce_fn(g) for g in grads]
 
-    def optimizer_step(scaled_grads):
-        """Unscale, check, apply or skip, count. Returns (is_finite, global_norm)."""
+    def optimizer_step(scaled_grads, multiplier=None):
+        """Unscale, check, apply or skip, count. Returns (is_finite, global_norm).
+
+        The gradients are used as ``scaled_grads * multiplier / S`` (multiplier: the
+        accumulation mean's 1/micro-batches). That product is never materialised: its norm
+        is the raw norm times the scalar, and the optimizer applies the scalar inside its
+        fused update, which saves two passes over every gradient."""
         if allreduce_fn is not None and allreduce_post_accumulation:
             scaled_grads = [allreduce_fn(g) for g in scaled_grads]
-        unscaled = scaled_grads if scaler.is_identity else [g / scale for g in scaled_grads]
-        global_norm = tf.linalg.global_norm(unscaled)
+        if not scaler.is_identity:
+            multiplier = 1.0 / scale if multiplier is None else multiplier / scale
+        global_norm = tf.linalg.global_norm(scaled_grads)
+        if multiplier is not None:
+            global_norm *= multiplier
         is_finite = tf.math.is_finite(global_norm)
 
         def apply():
-            update = optimizer.apply_gradients(zip(unscaled, variables), global_norm=global_norm)
+            update = optimizer.apply_gradients(zip(scaled_grads, variables),
+                                               global_norm=global_norm,
+                                               grad_multiplier=multiplier)
             with tf.control_dependencies([update]):
                 return tf.constant(True)
 
@@ -162,7 +172,7 @@ def create_train_op(loss, optimizer_type, init_lr, num_train_steps, num_warmup_s
         is_optimizer_step = accumulator.add(grads)
 
         def at_boundary():
-            outputs = optimizer_step(accumulator.average())
+            outputs = optimizer_step(accumulator.sums(), accumulator.mean_multiplier())
             with tf.control_dependencies(outputs):
                 reset = accumulator.reset()
             with tf.control_dependencies([reset]):

@@ -226,3 +226,30 @@ def test_lamb_exclusion_rules():
             assert not weights_only.uses_layer_adaptation(var)
         with pytest.raises(ValueError):
             make_optimizer("lamb", LR, lamb_layer_adaptation="none")
+
+
+@pytest.mark.parametrize("optimizer_class", [LAMBOptimizer, AdamWeightDecayOptimizer])
+def test_fused_update_is_one_xla_function_per_shape_and_equals_the_op_by_op_update(
+        optimizer_class):
+    """The default update is compiled by XLA (one function per distinct variable shape and
+    flags, not per variable) and follows the same trajectory as the same equations built
+    op by op, to float32 rounding."""
+    fused, _ = run_graph_optimizer(lambda: optimizer_class(LR, weight_decay_rate=WD))
+    op_by_op, _ = run_graph_optimizer(lambda: optimizer_class(LR, weight_decay_rate=WD,
+                                                              fused=False))
+    for step, (a, b) in enumerate(zip(fused, op_by_op), 1):
+        for n in INITIAL:
+            np.testing.assert_allclose(a[n], b[n], rtol=1e-6, atol=1e-7,
+                                       err_msg=f"{n} step {step}")
+    with tf.Graph().as_default() as graph:
+        variables = [tf.compat.v1.get_variable(n, initializer=v) for n, v in INITIAL.items()]
+        optimizer_class(LR).apply_gradients([(tf.ones_like(v), v) for v in variables])
+        library = graph.as_graph_def().library.function
+        compiled = [f for f in library if f.attr["_XlaMustCompile"].b]
+        element_wise = {op.type for op in graph.get_operations()
+                        if op.type in ("Sqrt", "RealDiv", "Square", "Mul")
+                        and op.outputs[0].shape.rank}  # scalars (the clip factor) aside
+    # Five variables, four distinct (shape, decay, adaptation) kinds: (4, 3) and (3, 2)
+    # decayed kernels, (3,) biases/gains excluded from decay, and (2, 2).
+    assert len(compiled) == 4, [f.signature.name for f in library]
+    assert not element_wise, element_wise  # the update's arithmetic is inside the functions
