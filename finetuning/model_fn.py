@@ -26,7 +26,8 @@ def make_model_fn(task, settings, extra_hooks_fn=None):
         with seeded_dropout(settings, micro_step) if is_training else nullcontext():
             model = BertModel(settings.bert_config, is_training, features["input_ids"],
                               features["input_mask"], features["segment_ids"],
-                              compute_type=settings.compute_type)
+                              compute_type=settings.compute_type,
+                              output_positions=task.output_positions(features))
             outputs = task.build_outputs(model, features, is_training)
         if settings.init_checkpoint:
             init_from_checkpoint(settings.init_checkpoint)

@@ -20,6 +20,7 @@ import tensorflow as tf
 from finetuning import glue_data, glue_metrics, squad_data, squad_eval, squad_postprocess
 from finetuning.heads import (classification_head, classification_loss, squad_head,
                               squad_loss)
+from modeling import BertModel
 
 tf1 = tf.compat.v1
 
@@ -83,6 +84,10 @@ class ClassifierTask:
         glue_data.write_features_to_tfrecord(features, path, self.is_regression)
 
     # ------------------------------------------------------------------ model
+    def output_positions(self, features):
+        """The classifier reads only the pooled [CLS] output (`BertModel.output_positions`)."""
+        return BertModel.POOLED_ONLY
+
     def build_outputs(self, model, features, is_training):
         logits = classification_head(model.get_pooled_output(), self.num_labels, is_training,
                                      model.config.initializer_range)
@@ -207,6 +212,10 @@ class SquadTask:
         squad_data.write_features(features, path, False)
 
     # ------------------------------------------------------------------ model
+    def output_positions(self, features):
+        """SQuAD reads every position's start/end logits."""
+        return None
+
     def build_outputs(self, model, features, is_training):
         start_logits, end_logits = squad_head(model.get_sequence_output(),
                                               model.config.initializer_range)

@@ -41,24 +41,42 @@ def _split_heads(x, batch, seq, heads, head_size):
     return tf.transpose(x, [0, 2, 1, 3])
 
 
-def self_attention(hidden, attention_bias, batch, seq, config, is_training, compute_dtype):
+def select_query_bias(attention_bias, positions):
+    """The rows of `attention_bias` for the queries at `positions` [batch, n]: a padding
+    bias [batch, 1, 1, seq] serves every query as it is; a packed-row bias
+    [batch, 1, seq, seq] becomes [batch, 1, n, seq]."""
+    if attention_bias is None or attention_bias.shape[2] == 1:
+        return attention_bias
+    rows = tf.gather(attention_bias[:, 0], tf.cast(positions, tf.int32), batch_dims=1)
+    return rows[:, tf.newaxis]
+
+
+def self_attention(hidden, attention_bias, batch, seq, config, is_training, compute_dtype,
+                   query_hidden=None, query_length=None):
     """Scaled dot-product attention over all heads.
 
     hidden: [batch*seq, hidden] (any float dtype; projected in `compute_dtype`);
-    attention_bias: [batch, 1, 1, seq] (padding) or [batch, 1, seq, seq] (packed rows) in
+    attention_bias: [batch, 1, 1, seq] (padding) or [batch, 1, seq_q, seq] (packed rows) in
       `compute_dtype`, or None.
-    Returns the context [batch*seq, hidden] in `compute_dtype` (before the output projection).
+    query_hidden: None (every position queries), or [batch*query_length, hidden]: the rows
+      that query, when only their outputs are needed (the last layer under pre-training
+      heads reads only the masked and [CLS] positions). Keys and values still come from
+      every position, so each selected row's output equals its row of the full layer.
+    Returns the context [batch*seq_q, hidden] in `compute_dtype` (before the output
+    projection), seq_q = query_length or seq.
     """
     heads, head_size = config.num_attention_heads, config.head_size
     hidden = tf.cast(hidden, compute_dtype)
-    query = core.dense(hidden, heads * head_size, "query",
+    if query_hidden is None:
+        query_hidden, query_length = hidden, seq
+    query = core.dense(tf.cast(query_hidden, compute_dtype), heads * head_size, "query",
                        initializer_range=config.initializer_range)
     key = core.dense(hidden, heads * head_size, "key",
                      initializer_range=config.initializer_range)
     value = core.dense(hidden, heads * head_size, "value",
                        initializer_range=config.initializer_range)
 
-    query = _split_heads(query, batch, seq, heads, head_size)
+    query = _split_heads(query, batch, query_length, heads, head_size)
     key = _split_heads(key, batch, seq, heads, head_size)
     value = _split_heads(value, batch, seq, heads, head_size)
 
@@ -70,6 +88,6 @@ def self_attention(hidden, attention_bias, batch, seq, config, is_training, comp
     probs = tf.cast(tf.nn.softmax(tf.cast(scores, tf.float32), axis=-1), hidden.dtype)
     probs = core.dropout(probs, config.attention_probs_dropout_prob, is_training)
 
-    context = core.matmul(probs, value)                    # [batch, heads, seq, head_size]
-    context = tf.transpose(context, [0, 2, 1, 3])          # [batch, seq, heads, head_size]
-    return tf.reshape(context, [batch * seq, heads * head_size])
+    context = core.matmul(probs, value)                    # [batch, heads, seq_q, head_size]
+    context = tf.transpose(context, [0, 2, 1, 3])          # [batch, seq_q, heads, head_size]
+    return tf.reshape(context, [batch * query_length, heads * head_size])

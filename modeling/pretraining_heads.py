@@ -16,12 +16,18 @@ def masked_lm_output(config, input_tensor, embedding_table, positions, label_ids
                      label_weights, compute_type=tf.float32):
     """Masked-LM head and loss.
 
-    input_tensor: [batch, seq, hidden] (the sequence output); positions, label_ids,
-    label_weights: [batch, max_predictions] (weights 1.0 for real predictions, 0 padding).
+    input_tensor: [batch, seq, hidden] (the sequence output), or [batch, max_predictions,
+    hidden] already at the masked positions when `positions` is None (a `BertModel` built
+    with `output_positions`); positions, label_ids, label_weights: [batch, max_predictions]
+    (weights 1.0 for real predictions, 0 padding).
     Returns (loss scalar, per_example_loss [batch*n], log_probs [batch*n, vocab]).
     """
     compute_type = core.as_compute_dtype(compute_type)
-    selected = tf.cast(core.gather_indexes(input_tensor, positions), compute_type)
+    if positions is None:
+        selected = tf.reshape(input_tensor, [-1, config.hidden_size])
+    else:
+        selected = core.gather_indexes(input_tensor, positions)
+    selected = tf.cast(selected, compute_type)
     with tf1.variable_scope("cls/predictions"):
         with tf1.variable_scope("transform"):
             selected = core.dense(selected, config.hidden_size, "dense",

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from modeling import core
 from modeling.activations import get_activation
-from modeling.attention import self_attention
+from modeling.attention import select_query_bias, self_attention
 
 tf1 = tf.compat.v1
 
@@ -27,14 +27,27 @@ def _output_projection(inputs, residual, config, is_training):
     return core.layer_norm(output + residual, epsilon=config.layer_norm_eps)
 
 
-def transformer_layer(hidden, attention_bias, batch, seq, config, is_training, compute_dtype):
-    """One encoder layer: [batch*seq, hidden] float32 -> [batch*seq, hidden] float32."""
+def transformer_layer(hidden, attention_bias, batch, seq, config, is_training, compute_dtype,
+                      query_positions=None):
+    """One encoder layer: [batch*seq, hidden] float32 -> [batch*seq, hidden] float32.
+
+    With `query_positions` [batch, n] it returns only those rows, [batch*n, hidden]: the
+    same values as the full layer's rows there, for about n/seq of the layer's cost beyond
+    the key and value projections."""
+    query_hidden, query_length, residual = None, None, hidden
+    if query_positions is not None:
+        query_length = core.get_shape_list(query_positions, expected_rank=2)[1]
+        width = hidden.shape[-1]
+        residual = core.gather_indexes(tf.reshape(hidden, [batch, seq, width]),
+                                       query_positions)         # [batch*query_length, width]
+        query_hidden = residual
+        attention_bias = select_query_bias(attention_bias, query_positions)
     with tf1.variable_scope("attention"):
         with tf1.variable_scope("self"):
             context = self_attention(hidden, attention_bias, batch, seq, config, is_training,
-                                     compute_dtype)
+                                     compute_dtype, query_hidden, query_length)
         with tf1.variable_scope("output"):
-            attention_output = _output_projection(context, hidden, config, is_training)
+            attention_output = _output_projection(context, residual, config, is_training)
     with tf1.variable_scope("intermediate"):
         intermediate = core.dense(attention_output, config.intermediate_size, "dense",
                                   activation=get_activation(config.hidden_act),
@@ -44,12 +57,15 @@ def transformer_layer(hidden, attention_bias, batch, seq, config, is_training, c
         return _output_projection(intermediate, attention_output, config, is_training)
 
 
-def transformer_encoder(embeddings, attention_bias, config, is_training, compute_dtype):
+def transformer_encoder(embeddings, attention_bias, config, is_training, compute_dtype,
+                        final_positions=None):
     """Runs all layers.
 
-    embeddings: [batch, seq, hidden] float32; attention_bias: [batch, 1, 1, seq] in
-    `compute_dtype`. Returns the list of every layer's output, each [batch, seq, hidden]
-    float32.
+    embeddings: [batch, seq, hidden] float32; attention_bias: [batch, 1, 1, seq] or
+    [batch, 1, seq, seq] in `compute_dtype`. Returns the list of every layer's output, each
+    [batch, seq, hidden] float32, except that with `final_positions` [batch, n] the last
+    layer computes, and returns as [batch, n, hidden], only the rows at those positions:
+    what heads that read only some positions (masked-LM, [CLS]) need.
     """
     batch, seq, width = core.get_shape_list(embeddings, expected_rank=3)
     if width != config.hidden_size:
@@ -57,8 +73,11 @@ def transformer_encoder(embeddings, attention_bias, config, is_training, compute
     hidden = tf.reshape(embeddings, [-1, width])
     outputs = []
     for index in range(config.num_hidden_layers):
+        last = index == config.num_hidden_layers - 1
+        positions = final_positions if last else None
         with tf1.variable_scope(f"layer_{index}"):
             hidden = transformer_layer(hidden, attention_bias, batch, seq, config, is_training,
-                                       compute_dtype)
-            outputs.append(tf.reshape(hidden, [batch, seq, width]))
+                                       compute_dtype, positions)
+            rows = seq if positions is None else core.get_shape_list(positions)[1]
+            outputs.append(tf.reshape(hidden, [batch, rows, width]))
     return outputs

@@ -35,10 +35,10 @@ def pretraining_losses(settings, features, is_training, micro_step=None):
     with seeded_dropout(settings, micro_step) if micro_step is not None else nullcontext():
         model = BertModel(config, is_training, features["input_ids"], features["input_mask"],
                           features["segment_ids"], compute_type=settings.compute_type,
-                          packing=packing)
+                          packing=packing, output_positions=features["masked_lm_positions"])
         mlm_loss, mlm_example_loss, mlm_log_probs = masked_lm_output(
             config, model.get_sequence_output(), model.get_embedding_table(),
-            features["masked_lm_positions"], features["masked_lm_ids"],
+            None, features["masked_lm_ids"],
             features["masked_lm_weights"], settings.compute_type)
         nsp_loss, nsp_example_loss, nsp_log_probs = next_sentence_output(
             config, model.get_pooled_output(), features["next_sentence_labels"],

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from encoder_runner import random_inputs, run_encoder
 from modeling import BertConfig, BertModel, ConfigError, masked_lm_output, named_config
-from modeling import next_sentence_output
+from modeling import PackedRows, next_sentence_output
 
 tf1 = tf.compat.v1
 
@@ -243,3 +243,54 @@ def test_bfloat16_matmul_accumulates_in_float32_where_emulated(monkeypatch):
     np.testing.assert_allclose(results["emulate"], rounded_once.numpy(), rtol=2 ** -7)
     for result in results.values():  # both are bf16 products, within bf16 rounding
         assert np.linalg.norm(result - exact) / np.linalg.norm(exact) < 2e-2
+
+
+# ----------------------------------------------------------------------------- output positions
+@pytest.mark.parametrize("packed", [False, True])
+def test_output_positions_compute_the_same_rows_and_gradients_as_the_full_model(packed):
+    """A model built with `output_positions` (the last layer computes only those rows and the
+    [CLS] rows) gives the full model's sequence output at those positions, the same pooled
+    output and the same gradients, in float32 to 1e-5; `POOLED_ONLY` the same pooled output."""
+    config = tiny(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    rng = np.random.default_rng(3)
+    batch, seq = 3, 16
+    ids = rng.integers(1, config.vocab_size, (batch, seq)).astype(np.int32)
+    mask = np.ones((batch, seq), np.int32)
+    mask[1, 11:] = 0
+    positions = np.sort(rng.choice(np.arange(1, 10), (batch, 4)), axis=1).astype(np.int32)
+    packing = None
+    with tf.Graph().as_default():
+        if packed:   # two instances per row: tokens 0-6 and 7-15 (the second [CLS] at 7)
+            instance_ids = np.where(np.arange(seq) < 7, 1, 2)[None].repeat(batch, 0) * mask
+            position_ids = np.where(np.arange(seq) < 7, np.arange(seq), np.arange(seq) - 7)
+            packing = PackedRows(
+                tf.constant(instance_ids), tf.constant(position_ids[None].repeat(batch, 0)),
+                tf.constant([[0, 7]] * batch))
+        results = {}
+        for name, chosen in (("full", None), ("selected", tf.constant(positions)),
+                             ("pooled", BertModel.POOLED_ONLY)):
+            with tf1.variable_scope("", reuse=tf1.AUTO_REUSE):
+                model = BertModel(config, True, tf.constant(ids), tf.constant(mask),
+                                  scope="bert", packing=packing, output_positions=chosen)
+            sequence = model.get_sequence_output()
+            if name == "full":
+                sequence = tf.gather(sequence, positions, batch_dims=1)
+            objective = tf.reduce_sum(model.get_pooled_output() ** 2)
+            if name != "pooled":
+                objective += tf.reduce_sum(sequence * tf.sin(tf.range(config.hidden_size,
+                                                                      dtype=tf.float32)))
+            variables = tf1.trainable_variables()
+            results[name] = (sequence, model.get_pooled_output(), objective,
+                             [tf.convert_to_tensor(g) for g in tf.gradients(objective, variables)])
+        assert {v.op.name.split("/")[0] for v in tf1.trainable_variables()} == {"bert"}
+        with tf1.Session() as session:
+            session.run(tf1.global_variables_initializer())
+            values = session.run(results)
+    full, selected, pooled = values["full"], values["selected"], values["pooled"]
+    assert selected[0].shape == (batch, 4, config.hidden_size)
+    np.testing.assert_allclose(selected[0], full[0], rtol=0, atol=1e-5)
+    for other in (selected, pooled):
+        np.testing.assert_allclose(other[1], full[1], rtol=0, atol=1e-5)
+    for got, want in zip(selected[3], full[3]):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert max(np.abs(g).max() for g in full[3]) > 1e-3   # the gradients are not trivially 0

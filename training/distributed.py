@@ -6,12 +6,12 @@ averaged with ring-allreduce (float16-compressed under AMP), variables are broad
 rank 0 at start, and only rank 0 writes checkpoints, summaries and logs. Without it, the same
 object describes a single worker, so the rest of the code never branches on Horovod itself.
 """
-import os
 
 import tensorflow as tf
 from absl import logging
 
 from training.affinity import pin_to_gpu
+from training.threads import choose_threads
 
 tf1 = tf.compat.v1
 
@@ -34,6 +34,7 @@ class Workers:
         else:
             self._hvd = None
             self.rank, self.size, self.local_rank = 0, 1, 0
+        self._threads_logged = False
         self._pin_cpus()
 
     def _pin_cpus(self):
@@ -87,11 +88,14 @@ class Workers:
         config = tf1.ConfigProto(allow_soft_placement=True)
         if self.use_horovod and tf.config.list_physical_devices("GPU"):
             config.gpu_options.visible_device_list = str(self.local_rank)
-        # Use the cores allotted to this rank rather than oversubscribing the machine.
-        if self.use_horovod and not tf.config.list_physical_devices("GPU"):
-            cores = max(1, (os.cpu_count() or 1) // max(1, self.local_size()))
-            config.intra_op_parallelism_threads = cores
-            config.inter_op_parallelism_threads = 2
+        # The cores allotted to this rank, not the whole machine (training.threads).
+        intra, inter, why = choose_threads(self.local_size(),
+                                           bool(tf.config.list_physical_devices("GPU")))
+        config.intra_op_parallelism_threads = intra
+        config.inter_op_parallelism_threads = inter
+        if not self._threads_logged:
+            logging.info("%s", why)
+            self._threads_logged = True
         return config
 
     def local_size(self):

@@ -35,6 +35,21 @@ def training_flops_per_sequence(config, seq_length, num_predictions):
     return 3 * forward_flops_per_sequence(config, seq_length, num_predictions)
 
 
+def executed_training_flops_per_sequence(config, seq_length, num_predictions, rows_read):
+    """What our step really computes when the heads read only `rows_read` rows of the last
+    layer (`BertModel(output_positions=...)`: the masked positions and [CLS]; 1 for a
+    classifier). That layer then projects keys and values for every position but queries,
+    attention, output projection and feed-forward for those rows only. The model FLOPs
+    above (the full encoder, the usual basis of MFU) stay the figure for comparing
+    throughputs; this one is the basis of how busy the matmul units were."""
+    h, i, s = config.hidden_size, config.intermediate_size, seq_length
+    full_layer = s * (8 * h * h + 4 * h * i + 4 * s * h)
+    rows = min(rows_read, s)
+    sparse_layer = s * 4 * h * h + rows * (4 * h * h + 4 * h * i + 4 * s * h)
+    saved = full_layer - sparse_layer
+    return 3 * (forward_flops_per_sequence(config, seq_length, num_predictions) - saved)
+
+
 def peak_tflops_for_device(device_name):
     """Peak TFLOP/s for a GPU name such as 'NVIDIA A100-SXM4-80GB', or None if unknown."""
     upper = (device_name or "").upper()
