@@ -438,8 +438,9 @@ def parse_records(value):
     return [(name.strip(), path.strip()) for name, path in pairs]
 
 
-def print_records(rows, args):
-    """Real-data rows: per round and set, then the mean per set and its ratio to the first."""
+def print_records(rows, args, sets):
+    """Real-data rows: per round and set, then the mean per set and its ratio to the first
+    set named (`sets`: the names, in --records order)."""
     print(f"### BERT-{args.model} step on real records, batch {args.batch_size} rows, seq "
           f"{args.seq_length}, {args.predictions} predictions; {args.steps} timed steps after "
           f"{args.warmup_steps} warm-up, sets alternating over {args.rounds} rounds\n")
@@ -463,25 +464,42 @@ def print_records(rows, args):
               f"{r['cpu_cores_busy']:.2f} | {r['load_before']:.2f} / {r['load_after']:.2f} |")
     if not means:
         return
-    print("\n| records | config | rounds | rows/s | real tokens/s (batches run) | ratio | "
-          "real tokens/s at records' mean | ratio | sequences/s at records' mean | ratio |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    first = {}
+    print("\n| records | config | runs | rows/s | rows per CPU s | real tokens/s | ratio | "
+          "real tokens/s, fastest step | ratio | real tokens per CPU s | ratio | "
+          "sequences/s | ratio |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    keys = ("rows_per_second", "rows_per_cpu_second", "real_tokens_per_second_at_mean",
+            "real_tokens_per_second_fastest", "real_tokens_per_cpu_second",
+            "sequences_per_second_at_mean")
+    first = {config: means.get((sets[0], config)) for _, _, config, _ in rows}
     for (name, config), results in means.items():
-        mean = {key: sum(r[key] for r in results) / len(results) for key in (
-            "rows_per_second", "batch_real_tokens_per_second",
-            "real_tokens_per_second_at_mean", "sequences_per_second_at_mean")}
-        base = first.setdefault(config, mean)
-        ratio = {key: mean[key] / base[key] for key in mean}
+        mean = {key: sum(_derived(r, args)[key] for r in results) / len(results)
+                for key in keys}
+        base = first[config] and {key: sum(_derived(r, args)[key] for r in first[config])
+                                  / len(first[config]) for key in keys}
+        ratio = {key: f"{mean[key] / base[key]:.2f}x" if base else "n/a" for key in keys}
         print(f"| {name} | {config} | {len(results)} | {mean['rows_per_second']:.3f} | "
-              f"{mean['batch_real_tokens_per_second']:,.0f} | "
-              f"{ratio['batch_real_tokens_per_second']:.2f}x | "
-              f"{mean['real_tokens_per_second_at_mean']:,.0f} | "
-              f"{ratio['real_tokens_per_second_at_mean']:.2f}x | "
-              f"{mean['sequences_per_second_at_mean']:.3f} | "
-              f"{ratio['sequences_per_second_at_mean']:.2f}x |")
-    print("\nratio: to the first --records set. \"at records' mean\": rows/s x the records' "
-          "real tokens (or instances) per row over the whole files.\n")
+              f"{mean['rows_per_cpu_second']:.3f} | "
+              + " | ".join(f"{mean[key]:,.0f} | {ratio[key]}" for key in keys[2:5])
+              + f" | {mean['sequences_per_second_at_mean']:.3f} | "
+              f"{ratio['sequences_per_second_at_mean']} |")
+    print(f"\nratio: to {sets[0]}. Real tokens and sequences are the records' mean per row "
+          "over the whole files times rows/s (a dense step costs the same whatever its rows "
+          "hold); fastest step: the batch over the shortest timed step; per CPU s: over the "
+          "CPU seconds of the timed steps (wall s x CPU cores busy), steadier than wall time "
+          "when other jobs share the cores.\n")
+
+
+def _derived(r, args):
+    """One run's rates at the records' mean real tokens and instances per row."""
+    cpu_seconds_per_row = r["cpu_cores_busy"] / r["rows_per_second"]
+    return {"rows_per_second": r["rows_per_second"],
+            "rows_per_cpu_second": 1 / cpu_seconds_per_row,
+            "real_tokens_per_second_at_mean": r["real_tokens_per_second_at_mean"],
+            "real_tokens_per_second_fastest":
+                args.batch_size / min(r["step_seconds"]) * r["real_tokens_per_row"],
+            "real_tokens_per_cpu_second": r["real_tokens_per_row"] / cpu_seconds_per_row,
+            "sequences_per_second_at_mean": r["sequences_per_second_at_mean"]}
 
 
 def run_records(args, configs):
@@ -494,7 +512,7 @@ def run_records(args, configs):
             for label, path in sets:
                 print(f"round {number}: {label} {name} ...", file=sys.stderr, flush=True)
                 rows.append((number, label, name, spawn(args, "train", precision, xla, path)))
-    print_records(rows, args)
+    print_records(rows, args, [label for label, _ in sets])
     return rows
 
 
