@@ -12,7 +12,11 @@ not tests; nothing passes or fails).
    interleaved reads, record shuffle, parse, batch, and for dynamic records the masking):
    sequences/s at seq 128 (batch 64, 20 predictions) and seq 512 (batch 16, 80
    predictions), NVIDIA's per-GPU batch sizes on A100, for static records (today's read +
-   parse), dynamic, and dynamic with whole-word masking. Against what one host core must
+   parse), dynamic, and dynamic with whole-word masking, unpacked and packed
+   (``--pack``, up to 3 instances a row: a batch of rows then holds more sequences, and
+   sequences/s counts the instances, from the rows' next-sentence weights; a GPU trains a
+   packed row as fast as an unpacked one, so it then needs instances-per-row times the
+   sequences). Against what one host core must
    feed at NVIDIA's published 8-GPU rate (DGX A100 40GB, BERT-large, TF1, mixed precision:
    2,871.89 seq/s at 128, 572.112 at 512; 2 x 64-core EPYC 7742 per DGX A100).
 
@@ -43,6 +47,8 @@ NVIDIA_8_GPU = {128: 2871.89, 512: 572.112}
 DGX_A100_HOST_CORES = 128
 PIPELINES = {128: (64, 20), 512: (16, 80)}  # seq: (batch per GPU, predictions)
 MASKINGS = ("static", "dynamic", "dynamic+wwm")
+PACKED_MASKINGS = ("dynamic", "dynamic+wwm")
+PER_ROW = 3  # --max_sequences_per_row of the packed records
 
 
 @functools.lru_cache(maxsize=None)
@@ -55,22 +61,27 @@ def _bench_data_prep():
     return module
 
 
-def make_records(corpus, vocab, work, seq, predictions, masking, dupe_factor):
-    """create_pretraining_data.py into work/<name>/bench.tfrecord; returns its measurements."""
-    folder = os.path.join(work, f"{masking}_seq{seq}_dupe{dupe_factor}")
+def make_records(corpus, vocab, work, seq, predictions, masking, dupe_factor, per_row=0):
+    """create_pretraining_data.py into work/<name>/bench.tfrecord (packed `per_row` a row
+    when not 0); returns its measurements."""
+    packed = f"_packed{per_row}" if per_row else ""
+    folder = os.path.join(work, f"{masking}_seq{seq}_dupe{dupe_factor}{packed}")
     os.makedirs(folder, exist_ok=True)
+    pack = ["--pack", f"--max_sequences_per_row={per_row}"] if per_row else []
     result = _bench_data_prep().run_once(corpus, vocab, folder, dupe_factor, seq, predictions,
-                                         [f"--masking={masking}"])
+                                         [f"--masking={masking}", *pack])
     result["path"] = os.path.join(folder, "bench.tfrecord")
     return result
 
 
-def child(kind, path, seq, masking, seconds=0.0, sequences=0):
-    """Runs this script as a child measuring one pipeline; returns its JSON result."""
+def child(kind, path, seq, masking, seconds=0.0, sequences=0, per_row=0):
+    """Runs this script as a child measuring one pipeline (of records packed `per_row` a
+    row when not 0); returns its JSON result."""
     batch, predictions = PIPELINES[seq]
     cmd = [sys.executable, os.path.abspath(__file__), "--child", kind, "--path", path,
            "--seq", str(seq), "--batch", str(batch), "--predictions", str(predictions),
-           "--masking", masking, "--seconds", str(seconds), "--sequences", str(sequences)]
+           "--masking", masking, "--seconds", str(seconds), "--sequences", str(sequences),
+           "--per_row", str(per_row)]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO,
                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     if proc.returncode != 0:
@@ -87,7 +98,8 @@ def run_child(args):
     masking = None if args.masking == "static" else DynamicMasking(
         args.predictions, whole_word=args.masking == "dynamic+wwm")
     dataset = make_dataset([args.path], args.batch, args.seq, args.predictions, True,
-                           masking=masking, seed=12345, shuffle_buffer=1000)
+                           masking=masking, sequences_per_row=args.per_row, seed=12345,
+                           shuffle_buffer=1000)
     batches = iter(dataset)
     if args.child == "distinct":
         seen, texts = set(), {}
@@ -109,12 +121,15 @@ def run_child(args):
         return
     for _ in range(20):  # warm-up: graph building, autotuning, buffers filled
         next(batches)
-    start, cpu_start, count = time.perf_counter(), _cpu(), 0
+    start, cpu_start, count, instances = time.perf_counter(), _cpu(), 0, 0.0
     while time.perf_counter() - start < args.seconds:
-        next(batches)
+        rows = next(batches)
         count += 1
+        weights = rows.get("next_sentence_weights")  # packed rows: 1 per instance
+        instances += args.batch if weights is None else float(weights.numpy().sum())
     wall, cpu = time.perf_counter() - start, _cpu() - cpu_start
-    print(json.dumps({"seq_per_s": count * args.batch / wall, "cores_busy": cpu / wall}))
+    print(json.dumps({"seq_per_s": instances / wall, "rows_per_s": count * args.batch / wall,
+                      "cores_busy": cpu / wall}))
 
 
 def _cpu():
@@ -150,22 +165,29 @@ def data_table(corpus, vocab, work, passes):
 def pipeline_table(corpus, vocab, work, records_128, seconds):
     print(f"\nInput pipeline alone (read + parse [+ mask]), {seconds:g} s per row after 20 "
           "warm-up batches:\n")
-    print("| seq | batch | records | seq/s | CPU cores busy | seq/s per busy core | "
-          "needed per DGX A100 host core | headroom |")
-    print("|---:|---:|---|---:|---:|---:|---:|---:|")
+    print("| seq | batch (rows) | records | rows/s | seq/s | CPU cores busy | seq/s per busy "
+          "core | needed per DGX A100 host core | headroom |")
+    print("|---:|---:|---|---:|---:|---:|---:|---:|---:|")
     for seq, (batch, predictions) in PIPELINES.items():
         if seq == 128:
             paths = {"static": records_128[0]["path"], "dynamic": records_128[1]["path"]}
         else:
             paths = {m: make_records(corpus, vocab, work, seq, predictions, m, 1)["path"]
                      for m in ("static", "dynamic")}
-        needed = NVIDIA_8_GPU[seq] / DGX_A100_HOST_CORES
-        for masking in MASKINGS:
-            r = child("throughput", paths[masking.split("+")[0]], seq, masking, seconds)
+        paths["dynamic, packed"] = make_records(corpus, vocab, work, seq, predictions,
+                                                "dynamic", 1, PER_ROW)["path"]
+        runs = [(m, paths[m.split("+")[0]], m, 0) for m in MASKINGS]
+        runs += [(f"{m}, packed", paths["dynamic, packed"], m, PER_ROW) for m in PACKED_MASKINGS]
+        for label, path, masking, per_row in runs:
+            r = child("throughput", path, seq, masking, seconds, per_row=per_row)
             per_core = r["seq_per_s"] / max(r["cores_busy"], 1e-9)
-            print(f"| {seq} | {batch} | {masking} | {r['seq_per_s']:,.0f} | "
-                  f"{r['cores_busy']:.2f} | {per_core:,.0f} | {needed:.1f} | "
-                  f"{per_core / needed:,.0f}x |")
+            # a GPU trains a packed row as fast as an unpacked one: NVIDIA's rows/s, but
+            # instances/row times the sequences
+            needed = (NVIDIA_8_GPU[seq] / DGX_A100_HOST_CORES
+                      * r["seq_per_s"] / r["rows_per_s"])
+            print(f"| {seq} | {batch} | {label} | {r['rows_per_s']:,.0f} | "
+                  f"{r['seq_per_s']:,.0f} | {r['cores_busy']:.2f} | {per_core:,.0f} | "
+                  f"{needed:.1f} | {per_core / needed:,.0f}x |", flush=True)
 
 
 def main():
@@ -177,7 +199,8 @@ def main():
     parser.add_argument("--passes", type=int, default=2)
     parser.add_argument("--keep", help="folder for the corpus and records (default: temporary)")
     for name, kind in (("child", str), ("path", str), ("seq", int), ("batch", int),
-                       ("predictions", int), ("masking", str), ("sequences", int)):
+                       ("predictions", int), ("masking", str), ("sequences", int),
+                       ("per_row", int)):
         parser.add_argument(f"--{name}", type=kind, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:

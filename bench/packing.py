@@ -6,8 +6,18 @@ books in ../shared/data), makes Google-style static instances at each sequence l
 over each batch of instances the writer builds). Prints, per corpus and length: instances,
 rows, instances per row, padding share of the token slots, and packing speed.
 
+How much padding there is depends on how the text is cut into documents (Google's algorithm
+leaves the last instance of each document short) and on the seed: `--short_seq_prob` draws
+a short target length once per document, for all of its instances, so a few long documents
+drawn short move the share by points. `--corpus FILE` adds a one-sentence-per-line corpus
+(e.g. `bench/data_prep.py`'s), `--seeds` repeats the measurement with other seeds.
+`--write_records DIR` also writes, with `create_pretraining_data.py` (static masks,
+dupe_factor 1, 20/80 predictions at 128/512), unpacked and `--pack`ed records of every corpus
+and length into `DIR/<corpus>_<seq>_{unpacked,packed}/`, for `bench/pretrain.py --records`.
+
     python bench/packing.py
     python bench/packing.py --lengths 128,512 --max_sequences_per_row 3 --work /tmp/pack
+    python bench/packing.py --corpus corpus.txt --seeds 12345,1,2 --write_records /tmp/rec
 """
 import argparse
 import glob
@@ -51,9 +61,30 @@ def sharded_text(work, dataset, source):
     return sorted(glob.glob(os.path.join(work, "sharded_*", dataset, "*")))
 
 
+PREDICTIONS = {128: 20, 512: 80}  # BERT's phase 1 and phase 2
+
+
+def predictions(seq_length):
+    return PREDICTIONS.get(seq_length, round(seq_length * 0.15 + 0.5))
+
+
+def write_records(files, seq_length, per_row, folder):
+    """create_pretraining_data.py on `files` into folder/part-0.tfrecord, packed
+    `per_row` a row when not 0."""
+    os.makedirs(folder, exist_ok=True)
+    pack = ["--pack", f"--max_sequences_per_row={per_row}"] if per_row else []
+    subprocess.run([sys.executable, os.path.join(ROOT, "create_pretraining_data.py"),
+                    f"--input_file={','.join(files)}",
+                    f"--output_file={os.path.join(folder, 'part-0.tfrecord')}",
+                    f"--vocab_file={default_vocab()}", f"--max_seq_length={seq_length}",
+                    f"--max_predictions_per_seq={predictions(seq_length)}", "--dupe_factor=1",
+                    "--random_seed=12345", *pack], check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+
+
 def measure(files, tokenizer, seq_length, per_row, seed=12345):
     options = PretrainingOptions(max_seq_length=seq_length,
-                                 max_predictions_per_seq=round(seq_length * 0.15 + 0.5),
+                                 max_predictions_per_seq=predictions(seq_length),
                                  dupe_factor=1, random_seed=seed)
     vocab = VocabInfo.from_tokenizer(tokenizer)
     corpus, _ = read_corpus(files, tokenizer)
@@ -83,21 +114,38 @@ def main():
     parser.add_argument("--max_sequences_per_row", type=int, default=3)
     parser.add_argument("--vocab_file", default="")
     parser.add_argument("--work", default="")
+    parser.add_argument("--corpus", default="",
+                        help="also this one-sentence-per-line corpus (as bench/data_prep.py's)")
+    parser.add_argument("--seeds", default="12345", help="comma-separated random seeds")
+    parser.add_argument("--write_records", default="",
+                        help="write unpacked and packed records (seed 12345) here")
     args = parser.parse_args()
     work = args.work or tempfile.mkdtemp(prefix="bench-packing-")
     tokenizer = load_tokenizer(args.vocab_file or default_vocab())
     corpora = {"wikipedia fragment": sharded_text(os.path.join(work, "wiki"), "wikicorpus_en", WIKI),
                "books": sharded_text(os.path.join(work, "books"), "bookscorpus",
                                      os.path.join(SHARED, "books"))}
-    print(f"| corpus | seq | instances | rows | instances/row | padding before | "
+    if args.corpus:
+        corpora[os.path.basename(args.corpus)] = [args.corpus]
+    lengths = list(map(int, args.lengths.split(",")))
+    print(f"| corpus | seq | seed | instances | rows | instances/row | padding before | "
           f"padding after | packing instances/s |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, files in corpora.items():
-        for length in map(int, args.lengths.split(",")):
-            m = measure(files, tokenizer, length, args.max_sequences_per_row)
-            print(f"| {name} | {length} | {m['instances']:,} | {m['rows']:,} | "
-                  f"{m['per_row']:.2f} | {m['padding_before']:.1%} | {m['padding_after']:.1%} | "
-                  f"{m['instances_per_s']:,.0f} |")
+        for length in lengths:
+            for seed in map(int, args.seeds.split(",")):
+                m = measure(files, tokenizer, length, args.max_sequences_per_row, seed)
+                print(f"| {name} | {length} | {seed} | {m['instances']:,} | {m['rows']:,} | "
+                      f"{m['per_row']:.2f} | {m['padding_before']:.1%} | "
+                      f"{m['padding_after']:.1%} | {m['instances_per_s']:,.0f} |", flush=True)
+    if args.write_records:
+        for name, files in corpora.items():
+            for length in lengths:
+                for per_row, label in ((0, "unpacked"), (args.max_sequences_per_row, "packed")):
+                    folder = os.path.join(args.write_records,
+                                          f"{name.replace(' ', '_')}_{length}_{label}")
+                    write_records(files, length, per_row, folder)
+                    print(f"wrote {folder}", flush=True)
 
 
 if __name__ == "__main__":

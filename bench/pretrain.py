@@ -32,6 +32,20 @@ prints one JSON line; this parent process never imports TensorFlow.
 
 The machine is shared while developing: the table reports the load average around each
 run and the CPU cores the run kept busy (CPU seconds / wall seconds).
+
+With ``--records NAME=PATH,...`` (e.g. unpacked and packed records of one corpus, written by
+``bench/packing.py --write_records``) the step is fed real batches instead of random ones:
+each child reads ``--pool_batches`` batches of its records through run_pretraining's input
+pipeline (``pretraining.input_pipeline.make_dataset``: static or dynamic, packed or not) and
+cycles them from memory, so only the step is timed. The sets run alternately for
+``--rounds`` rounds (a drift of the shared machine's load then hits them alike), and a
+fourth table gives rows/s, sequences (instances)/s and real (non-padding) tokens/s of each,
+the last two both for the batches run and at the mean of the whole records (rows/s x the
+file's instances or real tokens per row: a step costs the same whatever its rows hold, and
+the mean is free of the sampling of a few batches), and each set's ratio to the first.
+
+    python bench/pretrain.py --configs fp32 --skip_ceiling --seq_length 512 \
+        --predictions 80 --batch_size 4 --records unpacked=DIR1,packed=DIR2 --rounds 2
 """
 import argparse
 import importlib.util
@@ -163,6 +177,51 @@ def random_records(config, count, seq, predictions, seed=0):
     }
 
 
+def real_records(args, config):
+    """`--pool_batches` batches of the records at `--records_path` (numpy, as the input
+    pipeline hands them to the model_fn) and the facts of the whole records: rows,
+    instances and real tokens per row."""
+    import numpy as np
+    import tensorflow as tf
+    from pretraining.dynamic_masking import DynamicMasking
+    from pretraining.input_pipeline import list_input_files, make_dataset
+    from pretraining.record_checks import check_input_files
+    from pretraining.record_kinds import DYNAMIC
+    files = list_input_files(args.records_path)
+    kind, _ = check_input_files(files, args.seq_length, args.predictions, config)
+    masking = DynamicMasking(args.predictions) if kind.kind == DYNAMIC else None
+    dataset = make_dataset(files, args.batch_size, args.seq_length, args.predictions, True,
+                           masking=masking, sequences_per_row=kind.sequences_per_row,
+                           seed=12345, shuffle_buffer=1000)
+    batches = [{name: value.numpy() for name, value in batch.items()}
+               for batch in dataset.take(args.pool_batches)]
+    pool = {name: np.concatenate([batch[name] for batch in batches]) for name in batches[0]}
+    rows = tokens = instances = 0
+    for batch in make_dataset(files, 1024, args.seq_length, args.predictions, False,
+                              masking=masking, sequences_per_row=kind.sequences_per_row,
+                              drop_remainder=False):
+        rows += len(batch["input_mask"])
+        tokens += int(tf.reduce_sum(batch["input_mask"]))
+        weights = batch.get("next_sentence_weights")
+        instances += int(tf.reduce_sum(weights)) if weights is not None \
+            else len(batch["input_mask"])
+    return pool, {"records": rows, "instances_per_row": instances / rows,
+                  "real_tokens_per_row": tokens / rows}
+
+
+def batch_contents(pool, batch_size, steps, skip):
+    """(instances, real tokens) of `steps` batches cycled from `pool` after `skip` batches."""
+    import numpy as np
+    batches = len(pool["input_mask"]) // batch_size
+    instances = tokens = 0
+    for number in range(skip, skip + steps):
+        rows = slice((number % batches) * batch_size, (number % batches + 1) * batch_size)
+        tokens += int(np.sum(pool["input_mask"][rows]))
+        weights = pool.get("next_sentence_weights")
+        instances += int(np.sum(weights[rows])) if weights is not None else batch_size
+    return instances, tokens
+
+
 def worker_train(args):
     """Builds run_pretraining's training step and times it; returns a dict (one JSON line)."""
     import numpy as np
@@ -179,8 +238,11 @@ def worker_train(args):
         bert_config=config, learning_rate=1e-4, num_train_steps=100000,
         num_warmup_steps=100, optimizer_type="lamb", compute_type=compute_type,
         loss_scale=loss_scale)
-    records = random_records(config, args.batch_size * args.pool_batches, args.seq_length,
-                             args.predictions)
+    if args.records_path:
+        records, facts = real_records(args, config)
+    else:
+        records, facts = random_records(config, args.batch_size * args.pool_batches,
+                                        args.seq_length, args.predictions), None
 
     build_start = time.perf_counter()
     with tf.Graph().as_default():
@@ -219,7 +281,17 @@ def worker_train(args):
 
     flops = training_flops_per_sequence(config, args.seq_length, args.predictions)
     sequences_per_second = args.batch_size * args.steps / wall
-    return {
+    contents = {}
+    if facts:
+        instances, tokens = batch_contents(records, args.batch_size, args.steps,
+                                           args.warmup_steps)
+        rows = sequences_per_second  # a row of packed records holds several sequences
+        contents = dict(facts, records_path=args.records_path, rows_per_second=rows,
+                        batch_sequences_per_second=instances / wall,
+                        batch_real_tokens_per_second=tokens / wall,
+                        sequences_per_second_at_mean=rows * facts["instances_per_row"],
+                        real_tokens_per_second_at_mean=rows * facts["real_tokens_per_row"])
+    return dict(contents, **{
         "kind": "train", "config": args.precision + ("+xla" if args.xla else ""),
         "model": args.model, "batch_size": args.batch_size, "seq_length": args.seq_length,
         "predictions": args.predictions, "parameters": parameters,
@@ -231,7 +303,7 @@ def worker_train(args):
         "losses_finite": bool(np.all(np.isfinite(losses))), "last_loss": losses[-1],
         "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20,
         "tf_xla_flags": os.environ.get("TF_XLA_FLAGS", ""), "tf_version": tf.__version__,
-    }
+    })
 
 
 def run_worker(args):
@@ -246,8 +318,9 @@ def run_worker(args):
 
 # ----------------------------------------------------------------------------- parent
 
-def spawn(args, worker, precision="fp32", xla=False):
-    """Runs one worker in a fresh interpreter; returns its JSON dict or {'error': ...}."""
+def spawn(args, worker, precision="fp32", xla=False, records_path=None):
+    """Runs one worker in a fresh interpreter; returns its JSON dict or {'error': ...}.
+    `records_path`: feed the step from these records instead of random ones."""
     command = [sys.executable, os.path.abspath(__file__), "--worker", worker,
                "--precision", precision, "--model", args.model,
                "--batch_size", str(args.batch_size), "--seq_length", str(args.seq_length),
@@ -263,6 +336,8 @@ def spawn(args, worker, precision="fp32", xla=False):
                                    if f != XLA_CPU_FLAG)
     if xla:
         command.append("--xla")
+    if records_path:
+        command += ["--records_path", records_path]
     load_before = os.getloadavg()[0]
     start = time.perf_counter()
     try:
@@ -355,6 +430,92 @@ def print_gpu_estimates(mfu):
           "bandwidth ~1.7x); see bench/README.md.\n")
 
 
+def parse_records(value):
+    """`NAME=PATH,...` -> [(name, path)]."""
+    pairs = [part.split("=", 1) for part in value.split(",") if part.strip()]
+    if not pairs or any(len(pair) != 2 or not all(pair) for pair in pairs):
+        raise SystemExit(f"--records wants NAME=PATH,NAME=PATH..., got {value!r}")
+    return [(name.strip(), path.strip()) for name, path in pairs]
+
+
+def print_records(rows, args, sets):
+    """Real-data rows: per round and set, then the mean per set and its ratio to the first
+    set named (`sets`: the names, in --records order)."""
+    print(f"### BERT-{args.model} step on real records, batch {args.batch_size} rows, seq "
+          f"{args.seq_length}, {args.predictions} predictions; {args.steps} timed steps after "
+          f"{args.warmup_steps} warm-up, sets alternating over {args.rounds} rounds\n")
+    print("| round | records | config | rows/s | sequences/s (batches run) | real tokens/s "
+          "(batches run) | padding (records) | instances/row (records) | sequences/s at "
+          "records' mean | real tokens/s at records' mean | step s | CPU cores busy | "
+          "load before/after |")
+    print("|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    means = {}
+    for number, name, config, r in rows:
+        if "error" in r:
+            print(f"| {number} | {name} | {config} | failed: {r['error']} |" + " |" * 9)
+            continue
+        means.setdefault((name, config), []).append(r)
+        padding = 1 - r["real_tokens_per_row"] / args.seq_length
+        print(f"| {number} | {name} | {config} | {r['rows_per_second']:.3f} | "
+              f"{r['batch_sequences_per_second']:.3f} | {r['batch_real_tokens_per_second']:,.0f} | "
+              f"{padding:.1%} | {r['instances_per_row']:.3f} | "
+              f"{r['sequences_per_second_at_mean']:.3f} | "
+              f"{r['real_tokens_per_second_at_mean']:,.0f} | {r['mean_step_seconds']:.2f} | "
+              f"{r['cpu_cores_busy']:.2f} | {r['load_before']:.2f} / {r['load_after']:.2f} |")
+    if not means:
+        return
+    print("\n| records | config | runs | rows/s | rows per CPU s | real tokens/s | ratio | "
+          "real tokens/s, fastest step | ratio | real tokens per CPU s | ratio | "
+          "sequences/s | ratio |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    keys = ("rows_per_second", "rows_per_cpu_second", "real_tokens_per_second_at_mean",
+            "real_tokens_per_second_fastest", "real_tokens_per_cpu_second",
+            "sequences_per_second_at_mean")
+    first = {config: means.get((sets[0], config)) for _, _, config, _ in rows}
+    for (name, config), results in means.items():
+        mean = {key: sum(_derived(r, args)[key] for r in results) / len(results)
+                for key in keys}
+        base = first[config] and {key: sum(_derived(r, args)[key] for r in first[config])
+                                  / len(first[config]) for key in keys}
+        ratio = {key: f"{mean[key] / base[key]:.2f}x" if base else "n/a" for key in keys}
+        print(f"| {name} | {config} | {len(results)} | {mean['rows_per_second']:.3f} | "
+              f"{mean['rows_per_cpu_second']:.3f} | "
+              + " | ".join(f"{mean[key]:,.0f} | {ratio[key]}" for key in keys[2:5])
+              + f" | {mean['sequences_per_second_at_mean']:.3f} | "
+              f"{ratio['sequences_per_second_at_mean']} |")
+    print(f"\nratio: to {sets[0]}. Real tokens and sequences are the records' mean per row "
+          "over the whole files times rows/s (a dense step costs the same whatever its rows "
+          "hold); fastest step: the batch over the shortest timed step; per CPU s: over the "
+          "CPU seconds of the timed steps (wall s x CPU cores busy), steadier than wall time "
+          "when other jobs share the cores.\n")
+
+
+def _derived(r, args):
+    """One run's rates at the records' mean real tokens and instances per row."""
+    cpu_seconds_per_row = r["cpu_cores_busy"] / r["rows_per_second"]
+    return {"rows_per_second": r["rows_per_second"],
+            "rows_per_cpu_second": 1 / cpu_seconds_per_row,
+            "real_tokens_per_second_at_mean": r["real_tokens_per_second_at_mean"],
+            "real_tokens_per_second_fastest":
+                args.batch_size / min(r["step_seconds"]) * r["real_tokens_per_row"],
+            "real_tokens_per_cpu_second": r["real_tokens_per_row"] / cpu_seconds_per_row,
+            "sequences_per_second_at_mean": r["sequences_per_second_at_mean"]}
+
+
+def run_records(args, configs):
+    """The --records mode: each set, alternating, for --rounds rounds."""
+    sets = parse_records(args.records)
+    rows = []
+    for number in range(1, args.rounds + 1):
+        for name in configs:
+            precision, xla = name.split("+")[0], name.endswith("+xla")
+            for label, path in sets:
+                print(f"round {number}: {label} {name} ...", file=sys.stderr, flush=True)
+                rows.append((number, label, name, spawn(args, "train", precision, xla, path)))
+    print_records(rows, args, [label for label, _ in sets])
+    return rows
+
+
 def run_parent(args):
     configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     unknown = [c for c in configs if c not in CONFIGS]
@@ -379,17 +540,22 @@ def run_parent(args):
         print_ceiling(ceiling, args.threads)
         sys.stdout.flush()
     ceilings = ceilings_by_precision(ceiling) if "results" in ceiling else {}
-    rows = []
-    for name in configs:
-        precision, xla = name.split("+")[0], name.endswith("+xla")
-        print(f"running {name} ...", file=sys.stderr, flush=True)
-        rows.append((name, spawn(args, "train", precision, xla)))
-    print_training(rows, ceilings, args)
-    print_gpu_estimates(args.mfu)
+    if args.records:
+        rows = run_records(args, configs)
+        raw = [dict(r, round=number, records=label, config=name)
+               for number, label, name, r in rows]
+    else:
+        rows = []
+        for name in configs:
+            precision, xla = name.split("+")[0], name.endswith("+xla")
+            print(f"running {name} ...", file=sys.stderr, flush=True)
+            rows.append((name, spawn(args, "train", precision, xla)))
+        print_training(rows, ceilings, args)
+        print_gpu_estimates(args.mfu)
+        raw = dict(rows)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"args": vars(args), "ceiling": ceiling, "train": dict(rows)}, f,
-                      indent=1)
+            json.dump({"args": vars(args), "ceiling": ceiling, "train": raw}, f, indent=1)
 
 
 def cpu_model():
@@ -436,11 +602,17 @@ def main():
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per worker")
     parser.add_argument("--json", help="also write all raw results to this file")
     parser.add_argument("--verbose", action="store_true", help="show the workers' stderr")
+    parser.add_argument("--records", default="",
+                        help="NAME=PATH,...: time the step on batches of these records "
+                             "(folders or globs of pre-training records) instead of random "
+                             "ones, alternating, and compare their real tokens/s")
+    parser.add_argument("--rounds", type=int, default=1, help="with --records: rounds")
     # Internal: one measurement in this process (TensorFlow is imported here).
     parser.add_argument("--worker", choices=("ceiling", "train"), help=argparse.SUPPRESS)
     parser.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32",
                         help=argparse.SUPPRESS)
     parser.add_argument("--xla", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--records_path", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         run_worker(args)

@@ -78,6 +78,12 @@ class DynamicMasking:
         prob = DEFAULT_MASKED_LM_PROB if flags.masked_lm_prob is None else flags.masked_lm_prob
         return cls(flags.max_predictions_per_seq, prob, bool(flags.do_whole_word_mask))
 
+    def order(self):
+        """The settings that fix which masks a (seed, rank, micro-batch) draws, by their flag
+        names: part of the data order a resume must keep (`training.data_order`)."""
+        return {"max_predictions_per_seq": self.max_predictions_per_seq,
+                "masked_lm_prob": self.masked_lm_prob, "do_whole_word_mask": self.whole_word}
+
     def batch_fn(self, key):
         """`(micro-batch number, features) -> masked features`, for `record_dataset`'s
         `batch_fn`; `key` from `stream_key`."""

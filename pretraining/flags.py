@@ -84,7 +84,8 @@ def define_flags(flag_values=flags.FLAGS):
                        "skipped (over all ranks).")
     inp.DEFINE_bool("reset_data_position", False,
                     "Resume a checkpoint whose data settings (ranks, --train_batch_size, --seed, "
-                    "--shuffle_buffer, input files; recorded in --output_dir/data_order.json) "
+                    "--shuffle_buffer, input files, the masking flags of dynamic-masking records; "
+                    "recorded in --output_dir/data_order.json) "
                     "differ from this run's, restarting the data order from its beginning at "
                     "the checkpoint's step: examples already trained on may be seen again. "
                     "Without it such a resume stops with an error.")

@@ -141,6 +141,7 @@ def training_input(files, batch_size, max_seq_length, max_predictions_per_seq, s
     return TrainingInput(tuple(files), batch_size, spec, seed=seed, num_shards=ranks,
                          shard_index=rank, shard_by="files", shuffle_buffer=shuffle_buffer,
                          batch_fn=batch_fn, value_ranges=ranges,
+                         batch_fn_order=tuple(masking.order().items()) if masking else (),
                          skip_bad_records=skip_bad_records,
                          record_counts=tuple(record_counts) if record_counts else None)
 

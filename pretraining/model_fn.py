@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from modeling import BertModel, PackedRows, masked_lm_output, next_sentence_output
 from modeling.checkpoints import init_from_checkpoint
+from training.hooks import INSTANCES, REAL_TOKENS
 from training.train_step import micro_step_variable, seeded_dropout, train_spec
 
 tf1 = tf.compat.v1
@@ -68,9 +69,19 @@ def eval_metrics(outputs, features):
     }
 
 
+def batch_counts(features):
+    """What a micro-batch holds, for throughput (`training.hooks.StepLoggingHook`): its real
+    (non-padding) tokens and, for packed rows, its instances (each real one has
+    next-sentence weight 1); unpacked rows are one instance each, which the hook knows."""
+    counts = {REAL_TOKENS: tf.reduce_sum(features["input_mask"])}
+    if packed_rows(features) is not None:
+        counts[INSTANCES] = tf.reduce_sum(features["next_sentence_weights"])
+    return counts
+
+
 def make_model_fn(settings, extra_hooks_fn=None):
     """Returns an Estimator model_fn. `extra_hooks_fn(tensors)` may add training hooks that
-    need the step's tensors (logging)."""
+    need the step's tensors (logging); they also get `batch_counts`."""
 
     def model_fn(features, labels, mode, params=None):
         del labels, params
@@ -89,7 +100,8 @@ def make_model_fn(settings, extra_hooks_fn=None):
 
         log_tensors = {key: outputs[key] for key in ("total_loss", "masked_lm_loss",
                                                       "next_sentence_loss")}
-        return train_spec(settings, outputs["total_loss"], micro_step, log_tensors,
-                          extra_hooks_fn)
+        hooks_fn = extra_hooks_fn and (
+            lambda tensors: extra_hooks_fn(dict(tensors, **batch_counts(features))))
+        return train_spec(settings, outputs["total_loss"], micro_step, log_tensors, hooks_fn)
 
     return model_fn

@@ -155,7 +155,7 @@ def _run(flags, workers):
                 config, flags.max_seq_length, flags.max_predictions_per_seq),
             peak_flops=device_peak and device_peak * workers.size,
             dllog_path=flags.dllog_path, is_chief=workers.is_chief,
-            total_steps=flags.num_train_steps)
+            total_steps=flags.num_train_steps, ranks=workers.size)
         log_hooks.append(hook)
         return [hook]
 

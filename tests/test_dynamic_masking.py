@@ -337,3 +337,53 @@ def test_bertprep_writes_dynamic_records_into_their_own_folder(corpus, minilm_vo
     written = work / "tfrecord_lower_case_1_seq_len_128_random_seed_12345_dupe_factor_1_dynamic"
     files = [str(written / "custom" / "custom_training_0.tfrecord")]
     assert check_records_match(files, SEQ, PRED, len(corpus["vocab"])).kind == "dynamic"
+
+
+@pytest.mark.horovod
+def test_two_horovod_ranks_draw_their_own_masks_repeatably(tmp_path, repo_root):
+    """Two ranks over Gloo read identical files (a record and its copy, same shuffle), with
+    dropout off: their gradients differ only where their masks do. Static records are the
+    control: two ranks averaging the same gradient equal one rank at twice the per-rank
+    learning rate, bit for bit. Dynamic records must break that equality (each rank masks
+    from its own stream), and a repeat of the two-rank run gives the same weights."""
+    pytest.importorskip("horovod.tensorflow", reason="Horovod not installed "
+                        "(bash scripts/install.sh builds it)")
+    from kill_support import assert_same_weights
+    from test_pretraining import PREDICTIONS, SEQ as SHORT, VOCAB, checkpoint_tensors, \
+        command_line
+    horovodrun = [os.path.join(os.path.dirname(sys.executable), "horovodrun"), "-np", "2",
+                  "--gloo", "-H", "localhost:2"]
+    data = tmp_path / "data"
+    data.mkdir()
+    named_config("tiny").replace(vocab_size=VOCAB, hidden_dropout_prob=0.0,
+                                 attention_probs_dropout_prob=0.0).to_json_file(
+        str(data / "bert_config.json"))
+    writers = {"static": lambda path: write_random_records(path, 32, SHORT, PREDICTIONS, VOCAB),
+               "dynamic": lambda path: write_random_unmasked_records(path, 32, SHORT, VOCAB)}
+    for kind, write in writers.items():
+        for ranks in (1, 2):
+            folder = data / f"{kind}_{ranks}"
+            folder.mkdir()
+            write(folder / "part-0.tfrecord")
+            if ranks == 2:  # rank 1 reads a copy of rank 0's file
+                (folder / "part-1.tfrecord").write_bytes((folder / "part-0.tfrecord").read_bytes())
+
+    def train(kind, ranks, output):
+        settings = dict(num_train_steps=3, input_files_dir=str(data / f"{kind}_{ranks}"),
+                        learning_rate=1e-3 * (2 if ranks == 1 else 1))  # per rank x ranks
+        args = command_line(data, tmp_path / output, **settings)
+        if ranks == 2:
+            args = horovodrun + args + ["--horovod"]
+        result = subprocess.run(args, cwd=repo_root, capture_output=True, text=True,
+                                timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+        return tmp_path / output / "model.ckpt-3"
+
+    assert_same_weights(train("static", 1, "static_1"), train("static", 2, "static_2"))
+    one, two = train("dynamic", 1, "dynamic_1"), train("dynamic", 2, "dynamic_2")
+    one, two = checkpoint_tensors(str(one)), checkpoint_tensors(str(two))
+    kernel = "bert/encoder/layer_0/attention/self/query/kernel"
+    assert not np.array_equal(one[kernel], two[kernel]), "both ranks drew the same masks"
+    np.testing.assert_allclose(one[kernel], two[kernel], atol=0.05)  # same model, other masks
+    assert_same_weights(tmp_path / "dynamic_2" / "model.ckpt-3",
+                        train("dynamic", 2, "dynamic_2_again"))

@@ -225,6 +225,84 @@ def test_run_pretraining_trains_and_evaluates_packed_dynamic_records(written, tm
     assert 0 < result["eval"]["masked_lm_loss"] < 20
 
 
+def test_training_log_counts_the_instances_and_real_tokens_of_packed_rows(tmp_path):
+    """Rows of exactly three 10-token instances: the log's sequences/s must be 3x its rows/s
+    and its real tokens/s 30x (the same measured interval)."""
+    from data_prep.packing import packed_kinds
+    from data_prep.pretraining_data import FEATURE_KINDS
+    from data_prep.tfrecord_writer import encode_tfrecords
+    from pretraining.runner import run
+    from test_pretraining import make_flags
+    features = random_instances(400, np.random.default_rng(3))
+    ten = np.nonzero(features["input_mask"].sum(axis=1) == 10)[0][:24]
+    assert len(ten) == 24
+    rows = [ten[i:i + PER_ROW].tolist() for i in range(0, 24, PER_ROW)]
+    packed = pack_features(features, rows, PER_ROW)
+    data = tmp_path / "data"
+    (data / "train").mkdir(parents=True)
+    (data / "train" / "part-0.tfrecord").write_bytes(
+        encode_tfrecords(packed, packed_kinds(FEATURE_KINDS)).tobytes())
+    named_config("tiny").replace(vocab_size=VOCAB).to_json_file(str(data / "bert_config.json"))
+    train = run(make_flags(data, tmp_path / "run", max_seq_length=SEQ,
+                           max_predictions_per_seq=PREDICTIONS, num_train_steps=3))["train"]
+    assert train["average_sequences_per_second"] == pytest.approx(
+        PER_ROW * train["average_rows_per_second"], rel=1e-9)
+    assert train["average_real_tokens_per_second"] == pytest.approx(
+        PER_ROW * 10 * train["average_rows_per_second"], rel=1e-9)
+
+
+class _Clock:
+    """time.time for `training.hooks`: advanced by hand."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def _logged(monkeypatch, micro_batches, ranks=2, batch=4):
+    """The StepLoggingHook's records and summary after `micro_batches` ((seconds, values)
+    each; two optimizer steps of two micro-batches) with `ranks` of `batch` rows."""
+    from training import hooks
+    clock = _Clock()
+    monkeypatch.setattr(hooks.time, "time", clock)
+    hook = hooks.StepLoggingHook({}, 1, batch * ranks, flops_per_sequence=1e12,
+                                 warmup_logs=0, is_chief=False, ranks=ranks)
+    hook.begin()
+    for number, (seconds, values) in enumerate(micro_batches):
+        hook.before_run(None)
+        clock.now += seconds
+        step = (number + 1) // 2
+        hook.after_run(None, types.SimpleNamespace(results=dict(
+            values, global_step=step, is_optimizer_step=number % 2 == 1, total_loss=1.0)))
+    return hook.records, hook.summary()
+
+
+def test_step_log_counts_instances_and_real_tokens_of_packed_rows(monkeypatch):
+    packed = [(1.0, {"instances": 9, "real_tokens": 100}),
+              (1.0, {"instances": 11, "real_tokens": 120}),
+              (2.0, {"instances": 4, "real_tokens": 60}),
+              (2.0, {"instances": 4, "real_tokens": 60})]
+    records, summary = _logged(monkeypatch, packed)
+    # step 1: 2 micro-batches x 4 rows x 2 ranks = 16 rows, (9 + 11) x 2 instances in 2 s
+    assert records[0]["rows_per_second"] == 8.0
+    assert records[0]["sequences_per_second"] == 20.0
+    assert records[0]["real_tokens_per_second"] == 220.0
+    assert records[0]["tflops"] == 8.0  # a row costs the same however many instances it has
+    assert records[1]["sequences_per_second"] == 4.0 and records[1]["rows_per_second"] == 4.0
+    assert summary["average_sequences_per_second"] == (40 + 16) / 6
+    assert summary["average_rows_per_second"] == 32 / 6
+    assert summary["average_real_tokens_per_second"] == (440 + 240) / 6
+
+    unpacked = [(1.0, {"real_tokens": 30})] * 4
+    records, summary = _logged(monkeypatch, unpacked)
+    assert records[0]["sequences_per_second"] == 8.0 and "rows_per_second" not in records[0]
+    assert records[0]["real_tokens_per_second"] == 60.0
+    assert summary["average_sequences_per_second"] == 8.0
+    assert "average_rows_per_second" not in summary
+
+
 def test_scripts_pick_the_record_folder_of_the_chosen_masking_and_packing(tmp_path, repo_root):
     import subprocess
     names = {("static", "false"): "max_pred_20_masked_lm_prob_0.15_random_seed_1_dupe_factor_5",

@@ -212,6 +212,44 @@ def test_changed_data_settings_are_refused_unless_the_position_is_reset(files, t
     assert skips[-2] == 4 * 8 and skips[-1] == 0
 
 
+def test_changed_masking_of_dynamic_records_is_refused(unmasked_files, tmp_path, caplog):
+    """The masks of a micro-batch follow from (seed, rank, number) and the masking settings,
+    so a resume that changes a setting would train the same position on other masks."""
+    reference = train(tmp_path / "reference", unmasked_files, 8,
+                      masking=DynamicMasking(PREDICTIONS))
+    out = tmp_path / "run"
+    assert train(out, unmasked_files, 4, masking=DynamicMasking(PREDICTIONS)) == reference[:4]
+    for changed, recorded, given in [
+            (DynamicMasking(PREDICTIONS, 0.2), "masked_lm_prob=0.15", "masked_lm_prob=0.2"),
+            (DynamicMasking(PREDICTIONS, whole_word=True), "do_whole_word_mask=False",
+             "do_whole_word_mask=True"),
+            (DynamicMasking(PREDICTIONS - 1), f"max_predictions_per_seq={PREDICTIONS}",
+             f"max_predictions_per_seq={PREDICTIONS - 1}")]:
+        with pytest.raises(UsageError) as refused:
+            train(out, unmasked_files, 8, masking=changed)
+        assert str(refused.value) == (
+            f"{out}: its checkpoint's data position (micro_step 4) was reached with "
+            f"{recorded} but this run has {given}; rerun with the recorded values or use a "
+            "new --output_dir")
+    assert train(out, unmasked_files, 8, masking=DynamicMasking(PREDICTIONS)) == reference[4:]
+
+    # a data_order.json written before the masking settings were recorded: they are unknown,
+    # so this run's are assumed (with a warning) and recorded for the next resume
+    path = out / data_order.DATA_ORDER_FILE
+    older = {key: value for key, value in json.loads(path.read_text()).items()
+             if key not in data_order.LATER_SETTINGS}
+    path.write_text(json.dumps(older))
+    with caplog.at_level("WARNING"):
+        train(out, unmasked_files, 10, masking=DynamicMasking(PREDICTIONS, 0.2))
+    assert (f"{path} predates the recording of do_whole_word_mask, masked_lm_prob, "
+            f"max_predictions_per_seq: assuming they were do_whole_word_mask=False, "
+            f"masked_lm_prob=0.2, max_predictions_per_seq={PREDICTIONS}") in caplog.text
+    assert json.loads(path.read_text())["masked_lm_prob"] == 0.2
+    with pytest.raises(UsageError, match=r"reached with masked_lm_prob=0.2 but this run has "
+                                         r"masked_lm_prob=0.15;"):
+        train(out, unmasked_files, 12, masking=DynamicMasking(PREDICTIONS))
+
+
 def test_other_ranks_or_files_are_refused(files, tmp_path):
     stream = TrainingInput(files, 4, {}, seed=7)
     data_order.record(str(tmp_path), dict(stream.order(), start_micro_step=0))

@@ -9,6 +9,13 @@ micro-step at which this data order began (0, or the step of a deliberate reset)
 On resume, settings that differ from the recorded ones are refused in one line (UsageError)
 rather than mapped: with other ranks or another batch size the records each rank consumed
 are not a position of the new streams, and guessing one would silently repeat or drop data.
+Dynamic masking draws each micro-batch's masks from (seed, rank, micro-batch number), so
+its settings (--max_predictions_per_seq, --masked_lm_prob, --do_whole_word_mask) are part
+of the order too: with other values the same position would be trained on other masks.
+Files written before they were recorded lack them (`LATER_SETTINGS`): such a missing
+setting is taken as unknown and compatible (a warning, then this run's value is recorded),
+not as a default, because there is no default to assume: --max_predictions_per_seq is 20 in
+phase 1 and 80 in phase 2, and refusing would strand every older output folder.
 `reset=True` (pre-training's --reset_data_position) restarts the data order on purpose at the
 checkpoint's micro-step. Every rank computes the same outcome from the same inputs, so it
 does not matter whether it reads the file before or after rank 0 rewrites it.
@@ -24,6 +31,8 @@ from training.settings import UsageError
 
 DATA_ORDER_FILE = "data_order.json"
 START = "start_micro_step"
+# Settings recorded only by later versions; an older file without them is not refused.
+LATER_SETTINGS = ("max_predictions_per_seq", "masked_lm_prob", "do_whole_word_mask")
 
 
 def write_json_atomically(path, value):
@@ -62,7 +71,13 @@ def resolve(output_dir, order, micro_step, reset=None):
         logging.warning("%s has a checkpoint but no %s (older version): assuming it was "
                         "trained with this run's data settings", output_dir, DATA_ORDER_FILE)
         return dict(order, **{START: 0})
-    keys = (set(order) | set(recorded)) - {START}  # a setting only one side has differs too
+    unknown = sorted(key for key in LATER_SETTINGS if key in order and key not in recorded)
+    if unknown:
+        logging.warning("%s predates the recording of %s: assuming they were %s",
+                        os.path.join(output_dir, DATA_ORDER_FILE), ", ".join(unknown),
+                        _describe(order, unknown))
+    # a setting only one side has differs too (but for the unknown ones)
+    keys = (set(order) | set(recorded)) - {START} - set(unknown)
     changed = sorted(key for key in keys if recorded.get(key) != order.get(key))
     if changed:
         remedy = "rerun with the recorded values or use a new --output_dir"

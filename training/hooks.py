@@ -22,6 +22,9 @@ tf1 = tf.compat.v1
 # interval's micro-batches (global_norm is 0 between optimizer steps).
 _REPORTED_AS_IS = ("global_step", "is_optimizer_step", "skipped_steps", "loss_scale",
                    "learning_rate", "global_norm")
+# Counts of this rank's micro-batch, summed over the interval into rates (see the class).
+INSTANCES, REAL_TOKENS = "instances", "real_tokens"
+_COUNTED = (INSTANCES, REAL_TOKENS)
 
 
 class StepLoggingHook(tf1.train.SessionRunHook):
@@ -33,8 +36,16 @@ class StepLoggingHook(tf1.train.SessionRunHook):
     loss_scale, skipped_steps...) are reported as they are.
 
     Throughput is sequences per second over all ranks: micro-batches x `global_batch_size`
-    (per-rank batch x ranks) / wall time. The first `warmup_logs` intervals (graph
-    compilation, XLA, cache warm-up) are left out of the final average.
+    (per-rank batch x ranks) / wall time. Packed records hold several sequences (instances)
+    a row, and users compare sequences, not rows: when `tensors` has `instances` (this
+    rank's instances in the micro-batch), `sequences_per_second` counts them and
+    `rows_per_second` the rows (which TFLOP/s and MFU follow: a row costs the same however
+    many instances it holds). `real_tokens` (non-padding tokens of the micro-batch) gives
+    `real_tokens_per_second`, the rate comparable between packed and unpacked data. Both
+    counts are this rank's, times `ranks` (ranks read equal batches of the same kind of
+    data, so this is exact for one rank and an estimate for several that costs no
+    allreduce). The first `warmup_logs` intervals (graph compilation, XLA, cache warm-up)
+    are left out of the final average.
 
     With `total_steps`, each log also shows `step N/total  loss  seq/s  ETA` on the console
     (NVIDIA-style; rewritten in place on a terminal, one line per log otherwise), from the
@@ -44,8 +55,9 @@ class StepLoggingHook(tf1.train.SessionRunHook):
 
     def __init__(self, tensors, every_n_steps, global_batch_size, flops_per_sequence=None,
                  peak_flops=None, dllog_path=None, warmup_logs=1, is_chief=True,
-                 total_steps=None):
+                 total_steps=None, ranks=1):
         self._tensors = tensors
+        self._ranks = ranks
         self._every = max(1, int(every_n_steps))
         self._global_batch = global_batch_size
         self._flops_per_sequence = flops_per_sequence
@@ -57,12 +69,12 @@ class StepLoggingHook(tf1.train.SessionRunHook):
         self.records = []
 
     def begin(self):
-        self._sums, self._count = {}, 0
+        self._sums, self._count, self._counts = {}, 0, {}
         self._last_time = None
         self._micro_batches = 0
         self._logs = 0
         self._measured_seconds = 0.0
-        self._measured_sequences = 0
+        self._measured = {"sequences": 0.0, "rows": 0.0, REAL_TOKENS: 0.0}
         self._measured_steps = 0
         self._last_step = None
         self._start = time.time()
@@ -82,6 +94,9 @@ class StepLoggingHook(tf1.train.SessionRunHook):
         for key, value in values.items():
             if key in _REPORTED_AS_IS:
                 continue
+            if key in _COUNTED:
+                self._counts[key] = self._counts.get(key, 0.0) + float(value)
+                continue
             self._sums[key] = self._sums.get(key, 0.0) + float(value)
         self._count += 1
         self._last_values = values
@@ -94,22 +109,31 @@ class StepLoggingHook(tf1.train.SessionRunHook):
     def _emit(self, values, step):
         now = time.time()
         seconds = max(now - self._last_time, 1e-9)
-        sequences = self._micro_batches * self._global_batch
+        rows = self._micro_batches * self._global_batch
+        sequences = (self._counts[INSTANCES] * self._ranks if INSTANCES in self._counts
+                     else rows)
         record = {"step": step}
         record.update({k: v / self._count for k, v in self._sums.items()})
         for key in ("learning_rate", "loss_scale", "global_norm", "skipped_steps"):
             if key in values:
                 record[key] = float(values[key]) if key != "skipped_steps" else int(values[key])
         record["sequences_per_second"] = sequences / seconds
-        if self._flops_per_sequence:
-            record["tflops"] = record["sequences_per_second"] * self._flops_per_sequence / 1e12
+        if INSTANCES in self._counts:
+            record["rows_per_second"] = rows / seconds
+        if REAL_TOKENS in self._counts:
+            record["real_tokens_per_second"] = \
+                self._counts[REAL_TOKENS] * self._ranks / seconds
+        if self._flops_per_sequence:  # per row of max_seq_length
+            record["tflops"] = rows / seconds * self._flops_per_sequence / 1e12
             if self._peak_flops:
                 record["mfu"] = record["tflops"] * 1e12 / self._peak_flops
         self._logs += 1
         steps = max(step - self._last_step, 1)
         if self._logs > self._warmup_logs:
             self._measured_seconds += seconds
-            self._measured_sequences += sequences
+            self._measured["sequences"] += sequences
+            self._measured["rows"] += rows
+            self._measured[REAL_TOKENS] += self._counts.get(REAL_TOKENS, 0.0) * self._ranks
             self._measured_steps += steps
         self.records.append(record)
         if self._is_chief:
@@ -121,26 +145,33 @@ class StepLoggingHook(tf1.train.SessionRunHook):
                     writer.write(json.dumps(record) + "\n")
             if self._progress:
                 self._progress.show(self._progress_text(record, seconds / steps))
-        self._sums, self._count, self._micro_batches = {}, 0, 0
+        self._sums, self._count, self._micro_batches, self._counts = {}, 0, 0, {}
         self._last_time, self._last_step = now, step
 
     def _progress_text(self, record, interval_seconds_per_step):
-        """`step 120/1000  loss 7.12  312.4 seq/s  ETA 0:04:12`."""
+        """`step 120/1000  loss 7.12  312.4 seq/s  ETA 0:04:12` (packed records: `... seq/s
+        98.1 rows/s  ETA ...`)."""
         per_step = (self._measured_seconds / self._measured_steps if self._measured_steps
                     else interval_seconds_per_step)
         loss = record.get("total_loss", record.get("loss"))
         left = max(self._total_steps - record["step"], 0)
         return "  ".join([f"step {record['step']}/{self._total_steps}"]
                          + ([f"loss {loss:.4g}"] if loss is not None else [])
-                         + [f"{record['sequences_per_second']:.1f} seq/s",
-                            f"ETA {format_duration(left * per_step)}"])
+                         + [f"{record['sequences_per_second']:.1f} seq/s"]
+                         + ([f"{record['rows_per_second']:.1f} rows/s"]
+                            if "rows_per_second" in record else [])
+                         + [f"ETA {format_duration(left * per_step)}"])
 
     def summary(self):
         """Totals of the run: average throughput without warm-up, time, final loss."""
         result = {"total_seconds": time.time() - self._start}
         if self._measured_seconds > 0:
-            result["average_sequences_per_second"] = \
-                self._measured_sequences / self._measured_seconds
+            measured = self.records[-1]  # which rates this run reports
+            for name, key in (("sequences", "sequences_per_second"),
+                              ("rows", "rows_per_second"),
+                              (REAL_TOKENS, "real_tokens_per_second")):
+                if key in measured:
+                    result[f"average_{key}"] = self._measured[name] / self._measured_seconds
         if self.records:
             last = self.records[-1]
             result.update({k: v for k, v in last.items() if k.endswith("loss")})

@@ -160,6 +160,9 @@ class TrainingInput:
     record_counts: Optional[Tuple[Optional[int], ...]] = dataclasses.field(
         default=None, compare=False, repr=False)
     batch_fn: Optional[Callable] = dataclasses.field(default=None, compare=False, repr=False)
+    # Settings of `batch_fn` that change the batches (dynamic masking's), as (name, value)
+    # pairs: part of `order()`.
+    batch_fn_order: Tuple[Tuple[str, object], ...] = ()
 
     def dataset(self, skip_records=0):
         """The batches, after skipping `skip_records` records of this rank's stream."""
@@ -182,11 +185,12 @@ class TrainingInput:
         """The job-wide settings a resumed run must share for a data position (micro-batches
         consumed per rank) to mean the same records (JSON-able). Skipping bad records
         changes the stream, so it is part of the order when on (and absent when off, as in
-        folders written before the option existed)."""
+        folders written before the option existed); so are `batch_fn_order`'s settings."""
         order = {"ranks": self.num_shards, "train_batch_size": self.batch_size,
                  "seed": self.seed, "shuffle_buffer": self.shuffle_buffer,
                  "cycle_length": self.cycle_length, "shard_by": self.shard_by,
                  "input_files": len(self.files), "input_files_sha256": _files_digest(self.files)}
         if self.skip_bad_records:
             order["skip_bad_records"] = True
+        order.update(self.batch_fn_order)
         return order
