@@ -25,7 +25,9 @@ Throughput is converted to TFLOP/s with ``training.flops`` for both sides with t
 formula (20 masked-LM positions for pre-training, 0 for the classifier), so the TFLOP/s ratio
 is the throughput ratio. HF's pre-training model computes its masked-LM head on all 128
 positions, more FLOPs than it needs; the table notes how many. The fp32 ceiling is
-``bench/pretrain.py``'s matmul measurement, run inside our child with its session settings.
+``bench/pretrain.py``'s matmul measurement, run inside our child with its session settings
+in every round just before our steps, so that a step and its ceiling see the same load; the
+"%" column is the median over rounds of TFLOP/s / that round's ceiling.
 
 Ops per step: our child runs one extra untimed step with ``FULL_TRACE`` and counts the nodes
 in its ``step_stats`` per device and op type; the HF child profiles one step with
@@ -81,7 +83,8 @@ def task_spec(task, args):
             "seq_length": args.seq_length or 128,
             "batch_size": args.batch_size or (8 if pretraining else 32),
             "predictions": args.predictions if pretraining else 0,
-            "matmul_size": args.matmul_size, "matmul_seconds": args.matmul_seconds}
+            "matmul_size": args.matmul_size,
+            "matmul_seconds": args.matmul_seconds or (1.0 if args.model == "tiny" else 3.0)}
     if args.model == "tiny":
         spec.update(model="tiny", config_file=None, hf_dir=None)
     elif pretraining:
@@ -166,6 +169,7 @@ class OursStep:
                            f"{os.environ.get('TF_ENABLE_ONEDNN_OPTS', 'default (on)')}"}
 
     def step(self):
+        """One training step; its loss, fetched as run_pretraining's logging hook does."""
         return self.session.run(self.fetches)["loss"]
 
     def ceiling(self):
@@ -196,6 +200,7 @@ class OursStep:
                 "by_type": dict(by_type.most_common())}
 
     def close(self):
+        """Closes the session and removes the converted checkpoint."""
         import shutil
         self.session.close()
         shutil.rmtree(self.tmp_dir, ignore_errors=True)
@@ -260,6 +265,7 @@ class HFStep:
         return batches
 
     def describe(self):
+        """Versions, threads, attention implementation and what runs, for the notes."""
         torch = self.torch
         return {"what": f"{type(self.model).__name__} + torch.optim.AdamW",
                 "init": self.init_note,
@@ -272,6 +278,7 @@ class HFStep:
                            f"{torch.backends.cpu.get_cpu_capability()} kernels"}
 
     def step(self):
+        """One training step; loss.item() waits for it, as a user's logging would."""
         batch = self.batches[self.next_batch % len(self.batches)]
         self.next_batch += 1
         loss = self.model(**batch).loss
@@ -293,7 +300,7 @@ class HFStep:
                 "by_type": dict(Counter(e.name for e in outermost).most_common())}
 
     def close(self):
-        pass
+        """Nothing to release; the process exits."""
 
 
 def has_aten_ancestor(event):
@@ -374,11 +381,13 @@ class Child:
         return result
 
     def ask(self, command):
+        """Sends one command line; returns its answer (see `answer`)."""
         self.proc.stdin.write(command + "\n")
         self.proc.stdin.flush()
         return self.answer()
 
     def log_tail(self):
+        """The last line the child wrote to stderr: its error, when it died."""
         if self.log is None:
             return "see stderr"
         self.log.seek(0)
@@ -386,6 +395,7 @@ class Child:
         return lines[-1][:300] if lines else f"exit {self.proc.poll()}"
 
     def kill(self):
+        """SIGKILL, for a child that hangs or did not quit."""
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
@@ -403,16 +413,14 @@ class Child:
 
 
 def measure_task(task, args):
-    """Both sides of `task`: build, warm up, ceiling, alternating timed rounds, op counts.
-    Returns the raw results."""
+    """Both sides of `task`: build, warm up, alternating timed rounds (each with the
+    ceiling measured just before our steps), op counts. Returns the raw results."""
     spec = task_spec(task, args)
     children = {side: Child(side, spec, args.timeout, args.verbose) for side in SIDES}
     try:
         result = {"spec": spec, "sides": {s: c.answer() for s, c in children.items()}}
         for side, child in children.items():
             result["sides"][side]["warmup"] = child.ask(f"warmup {args.warmup_steps}")
-        if not args.skip_ceiling:
-            result["ceiling"] = children["ours"].ask("ceiling")
         result["rounds"] = []
         for number in range(args.rounds):
             order = SIDES if number % 2 == 0 else SIDES[::-1]
@@ -420,6 +428,8 @@ def measure_task(task, args):
                   file=sys.stderr, flush=True)
             entry = {"load_before": os.getloadavg()[0], "order": list(order)}
             for side in order:
+                if side == "ours" and not args.skip_ceiling:
+                    entry["ceiling"] = children["ours"].ask("ceiling")
                 entry[side] = children[side].ask(f"run {args.steps}")
             entry["load_after"] = os.getloadavg()[0]
             result["rounds"].append(entry)
@@ -432,19 +442,24 @@ def measure_task(task, args):
 
 
 def sequences_per_second(run, batch_size):
+    """Sequences per second over a timed run's whole wall time."""
     return batch_size * len(run["step_seconds"]) / run["wall"]
 
 
-def summarise(result):
-    """Per side: median seq/s, per-round seq/s, median step, CPU cores busy; per round the
-    ratio ours/HF. Medians, because a neighbour's burst spoils a round, not the run."""
+def summarise(result, flops):
+    """Per side: median seq/s, per-round seq/s, median share of the round's matmul ceiling,
+    median step, CPU cores busy; per round the ratio ours/HF. Medians, because a
+    neighbour's burst spoils a round, not the run."""
     spec, rounds = result["spec"], result["rounds"]
-    summary = {}
+    ceilings = [r["ceiling"]["fp32_gflops"] for r in rounds if "ceiling" in r]
+    summary = {"ceilings": ceilings}
     for side in SIDES:
         rates = [sequences_per_second(r[side], spec["batch_size"]) for r in rounds]
+        shares = [100 * rate * flops / 1e9 / c for rate, c in zip(rates, ceilings)]
         steps = [s for r in rounds for s in r[side]["step_seconds"]]
         summary[side] = {
             "rates": rates, "median": statistics.median(rates),
+            "share": statistics.median(shares) if shares else None,
             "step": statistics.median(steps),
             "cores": statistics.median(r[side]["cpu"] / r[side]["wall"] for r in rounds),
             "finite": all(math.isfinite(loss) for r in rounds for loss in r[side]["losses"]),
@@ -456,6 +471,7 @@ def summarise(result):
 
 
 def task_title(spec):
+    """The heading of a task's table: the workload, so a table read alone is complete."""
     if spec["task"] == "pretrain":
         return (f"Pre-training BERT-{spec['model']}, batch {spec['batch_size']}, seq "
                 f"{spec['seq_length']}, {spec['predictions']} masked predictions, fp32")
@@ -466,10 +482,10 @@ def task_title(spec):
 def print_task(result, args):
     """The task's tables: one row per side, one per round, then notes (and with --ops the
     top op types of each side)."""
-    spec, summary = result["spec"], summarise(result)
+    spec = result["spec"]
     config = spec_config(spec)
     flops = training_flops_per_sequence(config, spec["seq_length"], spec["predictions"])
-    ceiling = result.get("ceiling", {}).get("fp32_gflops")
+    summary = summarise(result, flops)
     print(f"### {task_title(spec)}: {flops / 1e9:.2f} GFLOP per sequence (both sides)\n")
     print("| side | runs | seq/s (median) | seq/s per round | step s (median) | TFLOP/s | "
           "% of fp32 matmul ceiling | CPU cores busy | threads | ops per step |")
@@ -477,27 +493,31 @@ def print_task(result, args):
     for side, label in (("ours", "ours"), ("hf", "HF")):
         info, s = result["sides"][side], summary[side]
         tflops = s["median"] * flops / 1e12
-        share = f"{100 * tflops * 1e3 / ceiling:.1f}" if ceiling else "n/a"
+        share = f"{s['share']:.1f}" if s["share"] is not None else "n/a"
         finite = "" if s["finite"] else " (loss not finite!)"
         ops = info["ops"]["total"]
         print(f"| {label}{finite} | {info['what']} | {s['median']:.2f} | "
               f"{', '.join(f'{r:.2f}' for r in s['rates'])} | {s['step']:.3f} | "
               f"{tflops:.3f} | {share} | {s['cores']:.2f} | {info['threads']} | {ops:,} |")
-    print("\n| round | order | ours seq/s | HF seq/s | ours/HF | load before/after |")
-    print("|---:|---|---:|---:|---:|---|")
+    print("\n| round | order | ours seq/s | HF seq/s | ours/HF | fp32 ceiling GFLOP/s | "
+          "load before/after |")
+    print("|---:|---|---:|---:|---:|---:|---|")
     for number, (entry, ratio) in enumerate(zip(result["rounds"], summary["ratios"]), 1):
+        ceiling = entry.get("ceiling", {}).get("fp32_gflops")
         print(f"| {number} | {' then '.join(entry['order'])} | "
               f"{summary['ours']['rates'][number - 1]:.2f} | "
               f"{summary['hf']['rates'][number - 1]:.2f} | {ratio:.2f} | "
+              f"{f'{ceiling:.0f}' if ceiling else 'n/a'} | "
               f"{entry['load_before']:.2f} / {entry['load_after']:.2f} |")
     verdict = "met" if summary["ratio"] >= GOAL_RATIO else "not met"
-    print(f"| median | | | | **{summary['ratio']:.2f}** | goal >= {GOAL_RATIO} ({verdict}) |\n")
-    print_notes(result, summary, config, flops, ceiling)
+    print(f"| median | | | | **{summary['ratio']:.2f}** | | goal >= {GOAL_RATIO} "
+          f"({verdict}) |\n")
+    print_notes(result, summary, config, flops)
     if args.ops:
         print_top_ops(result)
 
 
-def print_notes(result, summary, config, flops, ceiling):
+def print_notes(result, summary, config, flops):
     """What the numbers rest on: FLOP convention, ceiling, versions, weights, op counting."""
     spec, sides = result["spec"], result["sides"]
     notes = [f"{len(result['rounds'])} rounds of {len(result['rounds'][0]['ours']['step_seconds'])} "
@@ -510,12 +530,11 @@ def print_notes(result, summary, config, flops, ceiling):
                      f"{spec['seq_length']} positions ({hf_flops / 1e9:.2f} GFLOP per sequence, "
                      f"{100 * (hf_flops / flops - 1):.0f}% more); both are credited with "
                      f"{flops / 1e9:.2f}, so the TFLOP/s ratio is the throughput ratio.")
-    if ceiling:
-        rates = result["ceiling"]["results"]
-        notes.append(f"fp32 matmul ceiling {ceiling:.0f} GFLOP/s ({result['ceiling']['n']}^3, "
-                     f"the faster of oneDNN {rates['fp32']['gflops']:.0f} and XLA "
-                     f"{rates['fp32+xla']['gflops']:.0f}), measured in our child process "
-                     "with its session settings (bench/pretrain.py's ceiling).")
+    if summary["ceilings"]:
+        notes.append(f"fp32 matmul ceiling: {spec['matmul_size']}^3 matmul, the faster of "
+                     "oneDNN and XLA (bench/pretrain.py's), measured in our child process "
+                     "with its session settings just before our steps in each round; % = "
+                     "median over rounds of TFLOP/s / that round's ceiling.")
     for side, label in (("ours", "ours"), ("hf", "HF")):
         info = sides[side]
         notes.append(f"{label}: {info['version']}; {info['parameters']:,} parameters, "
@@ -543,6 +562,7 @@ def print_top_ops(result):
 
 
 def run_parent(args):
+    """Checks the flags, prints the machine line, measures and prints each task."""
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     if not tasks or set(tasks) - set(TASKS):
         raise SystemExit(f"--tasks: choose from {', '.join(TASKS)}")
@@ -584,7 +604,9 @@ def main():
     parser.add_argument("--pool_batches", type=int, default=4,
                         help="distinct random batches each side cycles through")
     parser.add_argument("--matmul_size", type=int, default=2048)
-    parser.add_argument("--matmul_seconds", type=float, default=3.0)
+    parser.add_argument("--matmul_seconds", type=float,
+                        help="time each ceiling matmul at least this long, every round "
+                             "(default: 3, or 1 with --model tiny)")
     parser.add_argument("--skip_ceiling", action="store_true")
     parser.add_argument("--ops", action="store_true", help="print the top op types per side")
     parser.add_argument("--timeout", type=float, default=1800,
