@@ -568,6 +568,9 @@ def run_parent(args):
         raise SystemExit(f"--tasks: choose from {', '.join(TASKS)}")
     if min(args.steps, args.rounds, args.warmup_steps) < 1:
         raise SystemExit("--steps, --rounds and --warmup_steps must be at least 1")
+    seq_length = args.seq_length or 128
+    if not 0 < seq_length <= 512 or not 0 < args.predictions <= seq_length - 3:
+        raise SystemExit("--seq_length must be in 1..512, --predictions in 1..seq_length-3")
     print(f"# bench/step_vs_hf.py: {cpu_model()}, {len(os.sched_getaffinity(0))} usable "
           f"cores; load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}; "
           f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n")
