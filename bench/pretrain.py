@@ -72,15 +72,21 @@ GPU_CASES = (("base", 128, 20), ("base", 512, 80), ("large", 128, 20), ("large",
 GPUS = ("A100", "H100")
 
 
-def named_config(name):
-    """``modeling.config.named_config`` without importing the ``modeling`` package, whose
-    ``__init__`` imports TensorFlow (the parent must not: the workers set XLA's flag before
-    theirs). ``modeling/config.py`` itself only uses json/os/copy."""
+def config_module():
+    """``modeling/config.py`` loaded on its own, without the ``modeling`` package, whose
+    ``__init__`` imports TensorFlow (a parent must not: the workers set XLA's flag before
+    theirs, and a torch worker must not start TensorFlow's threads). The file itself only
+    uses json/os/copy."""
     spec = importlib.util.spec_from_file_location(
         "_bench_bert_config", os.path.join(REPO, "modeling", "config.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.named_config(name)
+    return module
+
+
+def named_config(name):
+    """``modeling.config.named_config`` without importing TensorFlow (see config_module)."""
+    return config_module().named_config(name)
 
 
 # ----------------------------------------------------------------------------- workers
@@ -113,31 +119,41 @@ def count_xla_clusters(tf, session, fetches):
 
 def worker_ceiling(args):
     """GFLOP/s of an n x n x n matmul per dtype, plain TensorFlow (oneDNN) and XLA-compiled."""
-    import numpy as np
     import tensorflow as tf
+    results = matmul_rates(tf, args.matmul_size, args.matmul_seconds,
+                           session_config(tf, args.threads, args.inter_threads, False))
+    return {"kind": "ceiling", "n": args.matmul_size, "results": results,
+            "tf_version": tf.__version__}
+
+
+def matmul_rates(tf, n, seconds, config, precisions=tuple(PRECISIONS)):
+    """{variant: rates} of an n x n x n matmul in `precisions`, with TensorFlow's kernel
+    (oneDNN) and XLA-compiled, each run twice untimed and then for at least `seconds`.
+    Separate from the worker so that other benches' TensorFlow workers can measure the
+    ceiling in their own process, with their own session settings."""
+    import numpy as np
     tf1 = tf.compat.v1
-    n = args.matmul_size
     flops = 2.0 * n ** 3
     results = {}
     with tf.Graph().as_default():
         rng = np.random.default_rng(0)
         ops = {}
         xla_matmul = tf.function(tf.linalg.matmul, jit_compile=True)
-        for name, dtype in (("fp32", tf.float32), ("bf16", tf.bfloat16)):
+        for name in precisions:
+            dtype = tf.as_dtype(PRECISIONS[name])
             # Variables, not constants: grappler would fold a matmul of constants.
             a = tf1.Variable(tf.cast(rng.standard_normal((n, n), np.float32), dtype))
             b = tf1.Variable(tf.cast(rng.standard_normal((n, n), np.float32), dtype))
             ops[name] = tf.linalg.matmul(a, b).op
             ops[name + "+xla"] = xla_matmul(a, b).op
-        with tf1.Session(config=session_config(tf, args.threads, args.inter_threads,
-                                               False)) as session:
+        with tf1.Session(config=config) as session:
             session.run(tf1.global_variables_initializer())
             for key, op in ops.items():
                 for _ in range(2):
                     session.run(op)
                 times = []
                 start, cpu0 = time.perf_counter(), time.process_time()
-                while len(times) < 3 or time.perf_counter() - start < args.matmul_seconds:
+                while len(times) < 3 or time.perf_counter() - start < seconds:
                     t0 = time.perf_counter()
                     session.run(op)
                     times.append(time.perf_counter() - t0)
@@ -145,7 +161,7 @@ def worker_ceiling(args):
                 results[key] = {"gflops": flops * len(times) / sum(times) / 1e9,
                                 "best_gflops": flops / min(times) / 1e9, "runs": len(times),
                                 "cpu_cores_busy": cores}
-    return {"kind": "ceiling", "n": n, "results": results, "tf_version": tf.__version__}
+    return results
 
 
 def random_records(config, count, seq, predictions, seed=0):
@@ -222,22 +238,59 @@ def batch_contents(pool, batch_size, steps, skip):
     return instances, tokens
 
 
+def pretraining_settings(config, precision):
+    """The TrainingSettings run_pretraining uses for `precision` (fp32/bf16): NVLAMB, no
+    Horovod, no loss scaling (bf16 needs none). Shared so every bench times the same step."""
+    from training.settings import TrainingSettings, precision_settings
+    compute_type, loss_scale = precision_settings(precision == "bf16", PRECISIONS[precision])
+    return TrainingSettings(
+        bert_config=config, learning_rate=1e-4, num_train_steps=100000,
+        num_warmup_steps=100, optimizer_type="lamb", compute_type=compute_type,
+        loss_scale=loss_scale)
+
+
+def train_step_graph(tf, model_fn, records, batch_size):
+    """Builds `model_fn`'s TRAIN step in the default graph, fed by a tf.data pipeline that
+    cycles the in-memory `records`; returns ({train_op, loss}, parameters, init op). The
+    graph is finalized, so a bench cannot add ops to the step by accident."""
+    import numpy as np
+    tf1 = tf.compat.v1
+    tf1.set_random_seed(12345)
+    dataset = (tf.data.Dataset.from_tensor_slices(records).repeat()
+               .batch(batch_size, drop_remainder=True).prefetch(2))
+    features = tf1.data.make_one_shot_iterator(dataset).get_next()
+    spec = model_fn(features, None, tf.estimator.ModeKeys.TRAIN)
+    fetches = {"train_op": spec.train_op, "loss": spec.loss}
+    parameters = sum(int(np.prod(v.shape)) for v in tf1.trainable_variables())
+    init = tf1.global_variables_initializer()
+    tf1.get_default_graph().finalize()
+    return fetches, parameters, init
+
+
+def timed_steps(run_step, steps):
+    """Runs `run_step()` (which returns the loss) `steps` times; returns the per-step wall
+    times, the losses, and the wall and process-CPU seconds of the whole run (CPU / wall is
+    how many cores the step kept busy, the check on a shared machine)."""
+    times, losses = [], []
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        losses.append(float(run_step()))
+        times.append(time.perf_counter() - t0)
+    return {"step_seconds": times, "losses": losses, "wall": time.perf_counter() - wall0,
+            "cpu": time.process_time() - cpu0}
+
+
 def worker_train(args):
     """Builds run_pretraining's training step and times it; returns a dict (one JSON line)."""
     import numpy as np
     import tensorflow as tf
     from modeling import named_config as shipped_config
     from pretraining.model_fn import make_model_fn
-    from training.settings import TrainingSettings, precision_settings
     tf1 = tf.compat.v1
 
     config = shipped_config(args.model)
-    compute_type, loss_scale = precision_settings(args.precision == "bf16",
-                                                  PRECISIONS[args.precision])
-    settings = TrainingSettings(
-        bert_config=config, learning_rate=1e-4, num_train_steps=100000,
-        num_warmup_steps=100, optimizer_type="lamb", compute_type=compute_type,
-        loss_scale=loss_scale)
+    settings = pretraining_settings(config, args.precision)
     if args.records_path:
         records, facts = real_records(args, config)
     else:
@@ -246,15 +299,8 @@ def worker_train(args):
 
     build_start = time.perf_counter()
     with tf.Graph().as_default():
-        tf1.set_random_seed(12345)
-        dataset = (tf.data.Dataset.from_tensor_slices(records).repeat()
-                   .batch(args.batch_size, drop_remainder=True).prefetch(2))
-        features = tf1.data.make_one_shot_iterator(dataset).get_next()
-        spec = make_model_fn(settings)(features, None, tf.estimator.ModeKeys.TRAIN)
-        fetches = {"train_op": spec.train_op, "loss": spec.loss}
-        parameters = sum(int(np.prod(v.shape)) for v in tf1.trainable_variables())
-        init = tf1.global_variables_initializer()
-        tf1.get_default_graph().finalize()
+        fetches, parameters, init = train_step_graph(tf, make_model_fn(settings), records,
+                                                     args.batch_size)
         with tf1.Session(config=session_config(tf, args.threads, args.inter_threads,
                                                args.xla)) as session:
             session.run(init)
@@ -269,16 +315,9 @@ def worker_train(args):
                     session.run(fetches)
                     seconds = time.perf_counter() - t0
                 warmup_times.append(seconds)
-            times, losses = [], []
-            cpu0, wall0 = time.process_time(), time.perf_counter()
-            for _ in range(args.steps):
-                t0 = time.perf_counter()
-                values = session.run(fetches)
-                times.append(time.perf_counter() - t0)
-                losses.append(float(values["loss"]))
-            wall = time.perf_counter() - wall0
-            cpu = time.process_time() - cpu0
+            timed = timed_steps(lambda: session.run(fetches)["loss"], args.steps)
 
+    wall, losses = timed["wall"], timed["losses"]
     flops = training_flops_per_sequence(config, args.seq_length, args.predictions)
     sequences_per_second = args.batch_size * args.steps / wall
     contents = {}
@@ -295,11 +334,12 @@ def worker_train(args):
         "kind": "train", "config": args.precision + ("+xla" if args.xla else ""),
         "model": args.model, "batch_size": args.batch_size, "seq_length": args.seq_length,
         "predictions": args.predictions, "parameters": parameters,
-        "steps": args.steps, "step_seconds": times, "warmup_seconds": warmup_times,
+        "steps": args.steps, "step_seconds": timed["step_seconds"],
+        "warmup_seconds": warmup_times,
         "build_seconds": build_seconds, "mean_step_seconds": wall / args.steps,
         "sequences_per_second": sequences_per_second,
         "flops_per_sequence": flops, "tflops": sequences_per_second * flops / 1e12,
-        "cpu_cores_busy": cpu / wall, "xla_clusters": clusters,
+        "cpu_cores_busy": timed["cpu"] / wall, "xla_clusters": clusters,
         "losses_finite": bool(np.all(np.isfinite(losses))), "last_loss": losses[-1],
         "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20,
         "tf_xla_flags": os.environ.get("TF_XLA_FLAGS", ""), "tf_version": tf.__version__,
@@ -318,6 +358,15 @@ def run_worker(args):
 
 # ----------------------------------------------------------------------------- parent
 
+def worker_env():
+    """This process's environment without XLA's CPU flag: each worker decides on the flag
+    itself, none inherits it from the caller's shell."""
+    env = dict(os.environ)
+    env["TF_XLA_FLAGS"] = " ".join(f for f in env.get("TF_XLA_FLAGS", "").split()
+                                   if f != XLA_CPU_FLAG)
+    return env
+
+
 def spawn(args, worker, precision="fp32", xla=False, records_path=None):
     """Runs one worker in a fresh interpreter; returns its JSON dict or {'error': ...}.
     `records_path`: feed the step from these records instead of random ones."""
@@ -330,10 +379,7 @@ def spawn(args, worker, precision="fp32", xla=False, records_path=None):
                "--pool_batches", str(args.pool_batches),
                "--matmul_size", str(args.matmul_size),
                "--matmul_seconds", str(args.matmul_seconds)]
-    env = dict(os.environ)
-    # Each worker decides on XLA's flag itself; none inherits it from the caller's shell.
-    env["TF_XLA_FLAGS"] = " ".join(f for f in env.get("TF_XLA_FLAGS", "").split()
-                                   if f != XLA_CPU_FLAG)
+    env = worker_env()
     if xla:
         command.append("--xla")
     if records_path:
@@ -559,6 +605,8 @@ def run_parent(args):
 
 
 def cpu_model():
+    """The CPU's model name and the vector/matrix extensions oneDNN and PyTorch pick kernels
+    by, so a table says which hardware it was measured on."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             info = f.read()
@@ -568,8 +616,8 @@ def cpu_model():
                  if line.startswith("model name")), "unknown CPU")
     flags = next((line.split(":", 1)[1].split() for line in info.splitlines()
                   if line.startswith("flags")), [])
-    isa = [f for f in ("avx512f", "avx512_bf16", "amx_bf16", "amx_tile") if f in flags]
-    return f"{name} ({', '.join(isa) or 'no AVX-512'})"
+    isa = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile") if f in flags]
+    return f"{name} ({', '.join(isa) or 'no AVX2'})"
 
 
 def main():
