@@ -352,6 +352,8 @@ def run_worker(args):
         if not enable_cpu_xla():
             raise SystemExit("TensorFlow was imported before XLA's CPU flag was set")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from training.cpu_kernels import enable_onednn
+    enable_onednn()   # as run_pretraining.py does (TF_ENABLE_ONEDNN_OPTS=0 in the shell keeps Eigen)
     result = worker_ceiling(args) if args.worker == "ceiling" else worker_train(args)
     print(json.dumps(result), flush=True)
 

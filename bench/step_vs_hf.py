@@ -163,10 +163,10 @@ class OursStep:
     def describe(self):
         """Versions, threads and what runs, for the table's notes."""
         threads = self.session_config.intra_op_parallelism_threads
+        onednn = "on" if os.environ.get("TF_ENABLE_ONEDNN_OPTS") == "1" else "TF's default"
         return {"what": "model_fn train step, TF1 session", "init": self.init_note,
                 "parameters": self.parameters, "version": f"TensorFlow {self.tf.__version__}",
-                "threads": f"intra-op {threads or 'default'}, inter-op default, oneDNN "
-                           f"{os.environ.get('TF_ENABLE_ONEDNN_OPTS', 'default (on)')}"}
+                "threads": f"intra-op {threads or 'default'}, inter-op default, oneDNN {onednn}"}
 
     def step(self):
         """One training step; its loss, fetched as run_pretraining's logging hook does."""
@@ -340,6 +340,9 @@ def run_worker(side, spec):
     protocol = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if side == "ours":
+        from training.cpu_kernels import enable_onednn
+        enable_onednn()   # as our entry points do, before TensorFlow is imported
     start = time.perf_counter()
     step = OursStep(spec) if side == "ours" else HFStep(spec)
     ready = step.describe()

@@ -43,10 +43,13 @@ def verbosity_in_argv(argv):
 
 
 def prepare(argv=None):
-    """Before anything imports TensorFlow: the C++ log level, and absl's handler on the root
-    logger (TensorFlow adds a handler of its own when the root logger has none, which printed
-    each of its records a second time)."""
+    """Before anything imports TensorFlow: oneDNN kernels on (`training.cpu_kernels`), the
+    C++ log level, and absl's handler on the root logger (TensorFlow adds a handler of its
+    own when the root logger has none, which printed each of its records a second time)."""
     from absl import logging as absl_logging
+
+    from training.cpu_kernels import enable_onednn
+    enable_onednn()   # also read once, when TensorFlow starts
     argv = sys.argv if argv is None else argv
     if not (_env_verbose() or verbosity_in_argv(argv)):
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
