@@ -15,7 +15,8 @@ relative to the first.
 A variant is NAME:VAR=VALUE,VAR=VALUE. REPO picks the source tree (default: this one);
 INTRA/INTER set the session's thread pools; JIT=1 turns on XLA auto-clustering (with
 TF_XLA_FLAGS set accordingly); any other VAR goes to the child's environment (a ';' in a
-value stands for ',').
+value stands for ','). Every variant gets TF_ENABLE_ONEDNN_OPTS=1, as our entry points set,
+unless it sets the variable itself (`unset`: TensorFlow's own default).
 """
 import argparse
 import json
@@ -38,6 +39,8 @@ def child(model, batch, seq, predictions):
     # Every variant gets what our entry points set (training.cpu_kernels), which older trees
     # did not: the comparison is then of the code alone. TF_ENABLE_ONEDNN_OPTS=0 overrides.
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
+    if os.environ["TF_ENABLE_ONEDNN_OPTS"] == "unset":   # TensorFlow's own default
+        del os.environ["TF_ENABLE_ONEDNN_OPTS"]
     import tensorflow as tf
     import pretrain as bench
     from modeling import named_config as shipped_config
