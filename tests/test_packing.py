@@ -321,3 +321,43 @@ def test_scripts_pick_the_record_folder_of_the_chosen_masking_and_packing(tmp_pa
                  "PACKED": packed}).stdout.strip()
         assert chosen == str(tmp_path / f"tfrecord_lower_case_1_seq_len_128_{name}" /
                              "books_wiki_en_corpus" / "books_wiki_en_corpus_training_*.tfrecord")
+
+
+@pytest.mark.horovod
+def test_two_horovod_ranks_train_packed_records_with_amp_xla_and_accumulation(written,
+                                                                              tmp_path,
+                                                                              repo_root):
+    """Packed dynamic records with everything pre-training has at once: 2 Horovod ranks over
+    Gloo, bfloat16 AMP, XLA, 2 micro-batches a step allreduced after accumulation. Both
+    ranks must end with the same weights (their fingerprints) and the step counts hold."""
+    pytest.importorskip("horovod.tensorflow", reason="Horovod not installed "
+                        "(bash scripts/install.sh builds it)")
+    import os
+    import subprocess
+    import sys
+
+    import tensorflow as tf
+
+    from test_pretraining import checkpoint_tensors, command_line
+    data = tmp_path / "data"
+    data.mkdir()
+    named_config("tiny").replace(vocab_size=written["vocab_size"]).to_json_file(
+        str(data / "bert_config.json"))
+    folder = str(written["folder"] / f"dynamic_{PER_ROW}")
+    args = command_line(data, tmp_path / "hvd", input_files_dir=folder,
+                        max_seq_length=WRITTEN_SEQ, max_predictions_per_seq=10,
+                        num_train_steps=2, num_accumulation_steps=2)
+    horovodrun = os.path.join(os.path.dirname(sys.executable), "horovodrun")
+    args = [horovodrun, "-np", "2", "--gloo", "-H", "localhost:2"] + args + [
+        "--horovod", "--allreduce_post_accumulation", "--amp", "--amp_dtype=bfloat16",
+        "--use_xla"]
+    result = subprocess.run(args, capture_output=True, text=True, cwd=repo_root, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    fingerprints = {}
+    for line in (result.stdout + result.stderr).splitlines():
+        if "weights fingerprint" in line:
+            fingerprints[int(line.split("rank ")[1].split()[0])] = float(line.rsplit(" ", 1)[1])
+    assert set(fingerprints) == {0, 1} and fingerprints[0] == fingerprints[1]
+    state = checkpoint_tensors(tf.train.latest_checkpoint(str(tmp_path / "hvd")))
+    assert state["global_step"] == 2 and state["micro_step"] == 4
+    assert all(np.all(np.isfinite(v)) for v in state.values() if v.dtype.kind == "f")
