@@ -26,7 +26,7 @@ class AdamWeightDecayOptimizer(DecoupledWeightDecayOptimizer):
 
     def __init__(self, learning_rate, weight_decay_rate=0.01, beta_1=0.9, beta_2=0.999,
                  epsilon=1e-6, exclude_from_weight_decay=None, clip_norm=1.0,
-                 name="AdamWeightDecay", fused=True):
+                 name="AdamWeightDecay", fused=None):
         """``exclude_from_weight_decay``: regexes searched in variable names; None means
         ``("LayerNorm", "layer_norm", "bias")``, an empty list decays everything.
         ``clip_norm``: global-norm clipping before the update (None: off)."""

@@ -55,7 +55,7 @@ class LAMBOptimizer(DecoupledWeightDecayOptimizer):
 
     def __init__(self, learning_rate, weight_decay_rate=0.01, beta_1=0.9, beta_2=0.999,
                  epsilon=1e-6, exclude_from_weight_decay=None,
-                 exclude_from_layer_adaptation=(), clip_norm=1.0, name="LAMB", fused=True):
+                 exclude_from_layer_adaptation=(), clip_norm=1.0, name="LAMB", fused=None):
         super().__init__(learning_rate, weight_decay_rate, exclude_from_weight_decay, name,
                          clip_norm, fused)
         self.beta_1 = beta_1

@@ -234,7 +234,8 @@ def test_fused_update_is_one_xla_function_per_shape_and_equals_the_op_by_op_upda
     """The default update is compiled by XLA (one function per distinct variable shape and
     flags, not per variable) and follows the same trajectory as the same equations built
     op by op, to float32 rounding."""
-    fused, _ = run_graph_optimizer(lambda: optimizer_class(LR, weight_decay_rate=WD))
+    fused, _ = run_graph_optimizer(lambda: optimizer_class(LR, weight_decay_rate=WD,
+                                                           fused=True))
     op_by_op, _ = run_graph_optimizer(lambda: optimizer_class(LR, weight_decay_rate=WD,
                                                               fused=False))
     for step, (a, b) in enumerate(zip(fused, op_by_op), 1):
@@ -243,7 +244,8 @@ def test_fused_update_is_one_xla_function_per_shape_and_equals_the_op_by_op_upda
                                        err_msg=f"{n} step {step}")
     with tf.Graph().as_default() as graph:
         variables = [tf.compat.v1.get_variable(n, initializer=v) for n, v in INITIAL.items()]
-        optimizer_class(LR).apply_gradients([(tf.ones_like(v), v) for v in variables])
+        optimizer_class(LR, fused=True).apply_gradients([(tf.ones_like(v), v)
+                                                         for v in variables])
         library = graph.as_graph_def().library.function
         compiled = [f for f in library if f.attr["_XlaMustCompile"].b]
         element_wise = {op.type for op in graph.get_operations()
@@ -253,3 +255,20 @@ def test_fused_update_is_one_xla_function_per_shape_and_equals_the_op_by_op_upda
     # decayed kernels, (3,) biases/gains excluded from decay, and (2, 2).
     assert len(compiled) == 4, [f.signature.name for f in library]
     assert not element_wise, element_wise  # the update's arithmetic is inside the functions
+
+
+def test_the_update_is_fused_by_default_on_gpus_only(monkeypatch):
+    """CPUs keep the op-by-op update (no XLA compile, no compiler logs on the console);
+    GPUs fuse it; BERT_FUSED_OPTIMIZER decides when set."""
+    from optimization import decoupled_weight_decay
+    monkeypatch.delenv("BERT_FUSED_OPTIMIZER", raising=False)
+    gpus = bool(tf.config.list_physical_devices("GPU"))
+    assert LAMBOptimizer(LR).fused is gpus
+    monkeypatch.setattr(decoupled_weight_decay.tf.config, "list_physical_devices",
+                        lambda kind=None: ["GPU:0"] if kind == "GPU" else [])
+    assert LAMBOptimizer(LR).fused and AdamWeightDecayOptimizer(LR).fused
+    monkeypatch.setenv("BERT_FUSED_OPTIMIZER", "0")
+    assert not LAMBOptimizer(LR).fused
+    monkeypatch.undo()
+    monkeypatch.setenv("BERT_FUSED_OPTIMIZER", "1")
+    assert LAMBOptimizer(LR).fused
