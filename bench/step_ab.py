@@ -34,8 +34,10 @@ def child(model, batch, seq, predictions):
     """Builds the step of the tree in $REPO, says "ready", then runs N steps per stdin line
     and answers with the mean step time (JSON)."""
     repo = os.environ.get("REPO") or DEFAULT_REPO
-    # The model from $REPO, the bench helpers from this tree (older trees lack some).
-    sys.path[:0] = [repo, os.path.dirname(HERE)]
+    # The model from $REPO, the bench helpers from this tree (older trees lack some). This
+    # tree goes on the path after $REPO: bench/pretrain.py puts it first otherwise, and
+    # every variant would then run this tree's model and optimizer.
+    sys.path[:0] = [repo, os.path.dirname(HERE), DEFAULT_REPO]
     # Every variant gets what our entry points set (training.cpu_kernels), which older trees
     # did not: the comparison is then of the code alone. TF_ENABLE_ONEDNN_OPTS=0 overrides.
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
@@ -54,6 +56,10 @@ def child(model, batch, seq, predictions):
     session_config = bench.session_config(tf, int(os.environ.get("INTRA", 0)),
                                           int(os.environ.get("INTER", 0)),
                                           os.environ.get("JIT") == "1")
+    import optimization
+    if os.path.dirname(os.path.dirname(os.path.abspath(optimization.__file__))) != \
+            os.path.abspath(repo):
+        raise SystemExit(f"the step was built from {optimization.__file__}, not from {repo}")
     session = tf1.Session(config=session_config)
     session.run(init)
     for _ in range(2):
