@@ -23,7 +23,8 @@ def define_flags(flag_values):
     f.DEFINE_string("action", None, "What to do: download | text_formatting | sharding | "
                     "create_tfrecord_files | create_vocab (in this order for a corpus).")
     f.DEFINE_string("dataset", None, "wikicorpus_en | wikicorpus_zh | bookscorpus | "
-                    "books_wiki_en_corpus | custom | google_pretrained_weights | squad | "
+                    "books_wiki_en_corpus | custom | a union such as wikicorpus_en+bookscorpus+custom | "
+                    "google_pretrained_weights | squad | "
                     "CoLA | MRPC | SST-2 | STS-B | QQP | MNLI | QNLI | RTE | WNLI")
     f = bind(flag_values, OUTPUT)
     f.DEFINE_string("working_dir", None,

@@ -23,7 +23,9 @@ shards), and the vocabulary (use a new working dir for a new vocab).  Downloads 
 file name (the URL's, with ``--url``); archives are unpacked next to themselves, once (a
 ``.<archive>.extracted`` marker records it).  ``books_wiki_en_corpus`` is formatted as its two
 parts (``wikicorpus_en.txt`` and ``bookscorpus.txt``) and sharded as their union, as in
-NVIDIA's recipe.  ``custom`` takes its text from ``--input``.
+NVIDIA's recipe; any ``a+b+...`` of corpora (``wikicorpus_en+bookscorpus+custom``) is
+formatted as its parts and sharded as their union the same way (``corpus_parts``).  ``custom``
+takes its text from ``--input``.
 
 Every file appears under its final name only when complete (temporary name, then rename; the
 shards of one ``sharding`` run are renamed together), so "exists" means "done": ``download``
@@ -164,9 +166,13 @@ def action_download(o: PrepOptions, layout: Layout) -> int:
     if o.dataset == "custom":
         raise DataPrepError("--dataset", "custom text is not downloaded: pass it with --input "
                                          "to --action text_formatting")
-    if o.dataset == "books_wiki_en_corpus":
-        raise DataPrepError("--dataset", "download wikicorpus_en and bookscorpus separately "
-                                         "(bookscorpus needs --url)")
+    parts = _parts(o.dataset)
+    if len(parts) > 1:
+        fetched = [part for part in parts if part != "custom"]
+        raise DataPrepError("--dataset", f"a union is downloaded part by part: "
+                                         f"{', '.join(fetched) or 'none of its parts'}"
+                                         f"{' (bookscorpus needs --url)' if 'bookscorpus' in parts else ''}"
+                                         f"{'; custom text is not downloaded' if 'custom' in parts else ''}")
     resources = list(download.DATASETS[o.dataset])
     if o.url:
         if len(resources) > 1:
@@ -233,22 +239,46 @@ def _format_one(o: PrepOptions, layout: Layout, dataset: str) -> None:
          f"({time.perf_counter() - t0:.1f} s)")
 
 
+UNION_SEPARATOR = "+"
+# What a corpus name stands for: itself, or the corpora formatted apart and sharded together.
+_UNIONS = {"books_wiki_en_corpus": ("wikicorpus_en", "bookscorpus")}
+
+
+def corpus_parts(dataset: str) -> Optional[List[str]]:
+    """The formatted corpora a dataset name stands for, or None when it names no corpus.
+
+    ``books_wiki_en_corpus`` is NVIDIA's union of ``wikicorpus_en`` and ``bookscorpus``;
+    ``a+b+...`` is any union of corpora (e.g. ``wikicorpus_en+custom``: Wikipedia with a
+    domain's own text), each formatted on its own, then sharded, given a vocabulary and
+    turned into records as one corpus under that name."""
+    parts: List[str] = []
+    for name in dataset.split(UNION_SEPARATOR):
+        if name not in CORPORA:
+            return None
+        parts.extend(_UNIONS.get(name, (name,)))
+    if not parts or len(set(parts)) != len(parts):
+        return None
+    return parts
+
+
 def _parts(dataset: str) -> List[str]:
-    return ["wikicorpus_en", "bookscorpus"] if dataset == "books_wiki_en_corpus" else [dataset]
+    return corpus_parts(dataset) or [dataset]
 
 
 def _require_corpus(o: PrepOptions) -> None:
-    if o.dataset not in CORPORA:
+    if corpus_parts(o.dataset) is None:
         raise DataPrepError("--dataset", f"--action {o.action} works on a text corpus "
-                                         f"({', '.join(CORPORA)}), not {o.dataset}")
+                                         f"({', '.join(CORPORA)}, or a union such as "
+                                         f"wikicorpus_en+custom), not {o.dataset}")
 
 
 def action_text_formatting(o: PrepOptions, layout: Layout) -> int:
     _require_corpus(o)
-    if o.dataset == "books_wiki_en_corpus" and o.input:
-        raise DataPrepError("--input", "give --input per part: format wikicorpus_en and "
-                                       "bookscorpus separately")
-    for dataset in _parts(o.dataset):
+    parts = _parts(o.dataset)
+    if len(parts) > 1 and o.input:
+        raise DataPrepError("--input", f"give --input per part: format "
+                                       f"{' and '.join(parts)} separately")
+    for dataset in parts:
         _format_one(o, layout, dataset)
     return 0
 
@@ -439,10 +469,11 @@ def run(o: PrepOptions) -> int:
         raise DataPrepError("--action", f"unknown action {o.action!r} "
                                         f"(choose from {', '.join(ACTIONS)})")
     datasets = all_datasets()
-    if o.dataset not in datasets:
+    if o.dataset not in datasets and corpus_parts(o.dataset) is None:
         raise DataPrepError("--dataset", f"unknown dataset {o.dataset!r} "
-                                         f"(choose from {', '.join(datasets)})")
-    if o.action != "download" and o.dataset not in CORPORA:
+                                         f"(choose from {', '.join(datasets)}, or a union of "
+                                         f"corpora such as wikicorpus_en+custom)")
+    if o.action != "download" and corpus_parts(o.dataset) is None:
         raise DataPrepError("--dataset", f"{o.dataset} is only downloaded; --action {o.action} "
                                          f"works on {', '.join(CORPORA)}")
     layout = Layout(resolve_working_dir(o.working_dir))

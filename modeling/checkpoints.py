@@ -34,14 +34,26 @@ def is_model_variable(name):
 
 
 def resolve_checkpoint(path):
-    """A checkpoint prefix from a prefix, or from a directory (its latest checkpoint)."""
+    """A checkpoint prefix from a prefix, or from a directory: its latest checkpoint (per its
+    `checkpoint` index file), or the one checkpoint it holds when it has no index file, as
+    Google's released model folders and `bert-convert-checkpoint hf2tf`'s output do
+    (`bert_model.ckpt.*`)."""
     if path is None:
         return None
     if os.path.isdir(path):
         latest = tf1.train.latest_checkpoint(path)
-        if latest is None:
-            raise CheckpointError(f"{path}: directory holds no checkpoint (no 'checkpoint' index file)")
-        return latest
+        if latest is not None:
+            return latest
+        prefixes = sorted(name[:-len(".index")] for name in os.listdir(path)
+                          if name.endswith(".index"))
+        if len(prefixes) == 1:
+            return os.path.join(path, prefixes[0])
+        if prefixes:
+            raise CheckpointError(f"{path}: {len(prefixes)} checkpoints and no 'checkpoint' "
+                                  f"index file to say which: pass one prefix "
+                                  f"({', '.join(prefixes[:3])}{', ...' if len(prefixes) > 3 else ''})")
+        raise CheckpointError(f"{path}: directory holds no checkpoint (no 'checkpoint' index "
+                              "file, no *.index)")
     if tf.io.gfile.exists(path + ".index") or tf.io.gfile.exists(path):
         return path
     raise CheckpointError(f"{path}: no such checkpoint (expected {path}.index)")

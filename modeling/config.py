@@ -164,7 +164,8 @@ CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
 
 
 def named_config(name):
-    """The shipped config `name` (`base`, `large`, `tiny`), e.g. for scripts' `bert_model` arg."""
+    """The shipped config `name` (`base`, `large`, `mini`, `tiny`), e.g. for scripts' `bert_model`
+    arg."""
     path = os.path.join(CONFIG_DIR, f"bert_{name}_config.json")
     if not os.path.isfile(path):
         shipped = sorted(f[5:-12] for f in os.listdir(CONFIG_DIR) if f.endswith("_config.json"))

@@ -137,3 +137,48 @@ def test_bookscorpus_needs_a_url(tmp_path):
     proc = cli(tmp_path, "--action", "download", "--dataset", "bookscorpus")
     assert_clean_error(proc, "error: --url: bookscorpus has no official download")
     assert not os.path.exists(tmp_path / "download")
+
+
+def _documents(path):
+    return [line for line in open(path, encoding="utf-8").read().split("\n") if line]
+
+
+def test_a_union_of_corpora_is_sharded_as_one(tmp_path):
+    """`--dataset bookscorpus+custom`: each part formatted on its own, then sharded, given a
+    vocabulary and turned into records as one corpus; bad unions refused in one line."""
+    wd = tmp_path / "wd"
+    books = tmp_path / "books"
+    books.mkdir()
+    for i in range(3):
+        (books / f"book{i}.txt").write_text(" ".join(f"Book {i} sentence {j} is here."
+                                                     for j in range(40)) + "\n")
+    custom = tmp_path / "custom.txt"
+    custom.write_text("\n\n".join(" ".join(f"Note {i} line {j} says little." for j in range(30))
+                                  for i in range(5)) + "\n")
+    assert cli(wd, "--action", "text_formatting", "--dataset", "bookscorpus",
+               "--input", str(books)).returncode == 0
+    assert cli(wd, "--action", "text_formatting", "--dataset", "custom",
+               "--input", str(custom)).returncode == 0
+    proc = cli(wd, "--action", "sharding", "--dataset", "bookscorpus+custom",
+               "--n_training_shards", "2", "--n_test_shards", "1", "--fraction_test_set", "0.2")
+    assert proc.returncode == 0, proc.stderr
+    shards = wd / "sharded_training_shards_2_test_shards_1_fraction_0.2" / "bookscorpus+custom"
+    text = "".join(p.read_text() for p in shards.glob("bookscorpus+custom_*.txt"))
+    assert text.count("Book 2 sentence 39") == 1 and text.count("Note 4 line 29") == 1
+    assert len(text.split("\n\n")) - 1 == 8  # 3 books + 5 notes, each one document
+    proc = cli(wd, "--action", "create_vocab", "--dataset", "bookscorpus+custom",
+               "--vocab_size", "200")
+    assert proc.returncode == 0, proc.stderr
+    assert (wd / "vocab" / "bookscorpus+custom_lower_case_1_vocab.txt").is_file()
+
+    assert_clean_error(cli(wd, "--action", "sharding", "--dataset", "bookscorpus+imagenet"),
+                       "--dataset: unknown dataset 'bookscorpus+imagenet'",
+                       "wikicorpus_en+custom")
+    assert_clean_error(cli(wd, "--action", "sharding", "--dataset", "custom+custom"),
+                       "unknown dataset 'custom+custom'")
+    assert_clean_error(cli(wd, "--action", "text_formatting", "--dataset", "bookscorpus+custom",
+                           "--input", str(custom)),
+                       "--input: give --input per part: format bookscorpus and custom")
+    assert_clean_error(cli(wd, "--action", "download", "--dataset", "wikicorpus_en+custom"),
+                       "a union is downloaded part by part: wikicorpus_en; custom text is "
+                       "not downloaded")

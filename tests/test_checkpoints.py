@@ -88,3 +88,19 @@ def test_missing_checkpoint_is_one_clear_line(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(CheckpointError, match="directory holds no checkpoint"):
         resolve_checkpoint(str(tmp_path / "empty"))
+
+
+def test_a_folder_without_checkpoint_index_resolves_to_its_one_checkpoint(saved, tmp_path):
+    """Google's released folders and `hf2tf`'s output hold `bert_model.ckpt.*` and no
+    `checkpoint` index file: the folder means that checkpoint; two are ambiguous."""
+    _, prefix, _ = saved
+    released = tmp_path / "uncased_L-2_H-64_A-4"
+    released.mkdir()
+    for path in tf.io.gfile.glob(prefix + ".*"):
+        suffix = path[len(prefix):]
+        tf.io.gfile.copy(path, str(released / f"bert_model.ckpt{suffix}"))
+    assert resolve_checkpoint(str(released)) == str(released / "bert_model.ckpt")
+    for path in tf.io.gfile.glob(prefix + ".*"):
+        tf.io.gfile.copy(path, str(released / f"other.ckpt{path[len(prefix):]}"))
+    with pytest.raises(CheckpointError, match=r"2 checkpoints and no 'checkpoint' index file"):
+        resolve_checkpoint(str(released))

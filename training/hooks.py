@@ -112,7 +112,7 @@ class StepLoggingHook(tf1.train.SessionRunHook):
         rows = self._micro_batches * self._global_batch
         sequences = (self._counts[INSTANCES] * self._ranks if INSTANCES in self._counts
                      else rows)
-        record = {"step": step}
+        record = {"step": step, "timestamp": now}  # unix seconds: curves against wall time
         record.update({k: v / self._count for k, v in self._sums.items()})
         for key in ("learning_rate", "loss_scale", "global_norm", "skipped_steps"):
             if key in values:
@@ -139,7 +139,7 @@ class StepLoggingHook(tf1.train.SessionRunHook):
         if self._is_chief:
             logging.info("step %d: %s", step, ", ".join(
                 f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
-                for k, v in record.items() if k != "step"))
+                for k, v in record.items() if k not in ("step", "timestamp")))
             if self._dllog_path:
                 with open(self._dllog_path, "a", encoding="utf-8") as writer:
                     writer.write(json.dumps(record) + "\n")
