@@ -438,8 +438,8 @@ def stage_sweep(study, data, share, grids):
                       os.path.join(folder, "phase_1.log"),
                       what=f"sweep {label}: {plan['steps']} steps")
             rows = child(study, "eval", {"data": data, "folder": folder, "phases": [plan]})
-            results[label] = {"optimizer": key, "learning_rate": rate, "steps": plan["steps"],
-                              **rows[-1]}
+            results[label] = {**rows[-1], "optimizer": key, "learning_rate": rate,
+                              "steps": plan["steps"]}
             study.save("sweep.json", results)
     return results
 
@@ -530,23 +530,19 @@ def main(argv=None):
     data = stage_data(study, shared, args.corpus, args.vocab_file)
     say(f"   {data['dataset']}: vocab {data['vocab_size']}, unigram baseline at 128: "
         f"loss {data['baseline']['128']['masked_lm_loss']:.3f}")
-    chosen = study.load("recipe.json")
     if "sweep" in stages:
         say("== sweep")
-        sweep = stage_sweep(study, data, args.sweep_share,
-                            {"adam": [float(x) for x in args.sweep_adam.split(",")],
-                             "lamb-all": [float(x) for x in args.sweep_lamb.split(",")],
-                             "lamb-weights": [float(x) for x in args.sweep_lamb.split(",")]})
-        rates = best_rates(sweep)
-        recipe = dataclasses.replace(recipe, **{
-            f"lr_{key.replace('-', '_')}": rate for key, rate in rates.items()
-            if f"lr_{key.replace('-', '_')}" not in overrides})
-        study.recipe = recipe
-        say(f"   best learning rates: {rates}")
-    elif chosen:
-        recipe = dataclasses.replace(recipe, **{k: v for k, v in chosen.items()
-                                                if k.startswith("lr_") and k not in overrides})
-        study.recipe = recipe
+        stage_sweep(study, data, args.sweep_share,
+                    {"adam": [float(x) for x in args.sweep_adam.split(",")],
+                     "lamb-all": [float(x) for x in args.sweep_lamb.split(",")],
+                     "lamb-weights": [float(x) for x in args.sweep_lamb.split(",")]})
+    sweep = study.load("sweep.json")
+    if sweep:  # the swept rates, unless given on the command line
+        rates = {f"lr_{key.replace('-', '_')}": rate for key, rate in best_rates(sweep).items()}
+        study.recipe = recipe = dataclasses.replace(
+            recipe, **{name: rate for name, rate in rates.items() if name not in overrides})
+        say(f"   learning rates (best of the sweep unless given): adam {recipe.lr_adam:g}, "
+            f"lamb-all {recipe.lr_lamb_all:g}, lamb-weights {recipe.lr_lamb_weights:g}")
     if "runs" in stages:
         study.save("recipe.json", dataclasses.asdict(recipe))
         say("== runs")

@@ -142,6 +142,21 @@ def markdown(study, data, curves, done, summary, downstream, checks):
             f"{row['wall_seconds']:,.0f} | {row['cpu_seconds']:,.0f} | "
             f"{_fmt(row.get('seconds_to_hf-adamw'), 0)} | {speed.get('hf-adamw', '–')} | "
             f"{_fmt(row.get('seconds_to_hf-lamb'), 0)} | {speed.get('hf-lamb', '–')} |")
+    sweep = study.load("sweep.json", {})
+    if sweep:
+        lines += ["", f"Peak learning rates: the best of a sweep of short phase-1 runs of ours "
+                  f"(`--stages sweep`: {next(iter(sweep.values()))['steps']} steps each, their "
+                  f"own schedule), held-out loss at 128:", "",
+                  "| optimizer | learning rate: held-out loss |" + " |" * 2]
+        by_key = {}
+        for row in sweep.values():
+            by_key.setdefault(row["optimizer"], []).append(row)
+        lines.append("|---|" + "---:|" * max(len(rows) for rows in by_key.values()))
+        for key, rows in by_key.items():
+            rows.sort(key=lambda row: row["learning_rate"])
+            lines.append(f"| {key} | " + " | ".join(
+                f"{row['learning_rate']:g}: {row['masked_lm_loss_128']:.3f}" for row in rows)
+                + " |")
     lines += ["", "## Acceptance checks", ""]
     lines += [f"- {'PASS' if ok else 'FAIL'}: {text}" for ok, text in checks]
     if downstream:

@@ -12,7 +12,7 @@ def define_flags(flag_values):
     inp, train, out = binders(flag_values, INPUT, TRAINING, OUTPUT)
     inp.DEFINE_string("corpus", None, "Your own text: documents separated by blank lines. "
                       "Default: the Python standard library's docstrings, built on the spot.")
-    train.DEFINE_integer("phase1_steps", 300, "Pre-training steps at sequence length 64.")
+    train.DEFINE_integer("phase1_steps", 600, "Pre-training steps at sequence length 64.")
     train.DEFINE_integer("phase2_steps", 40, "Pre-training steps at sequence length 128.")
     out.DEFINE_string("output_dir", "demo_out", "Everything the demo makes goes here.")
 
