@@ -424,11 +424,11 @@ def stage_sweep(study, data, share, grids):
         run = {"adam": RUNS["ours-adam"], "lamb-all": RUNS["ours-lamb-all"],
                "lamb-weights": RUNS["ours-lamb-weights"]}[key]
         for rate in rates:
-            label = f"{key}@{rate:g}"
-            if label in results:
-                continue
             plan = phase_plan(study.recipe, data, run, 1)
             plan.update(learning_rate=rate, steps=max(1, round(plan["steps"] * share)))
+            label = f"{key}@{rate:g}/{plan['steps']}"
+            if label in results or (share == 0.25 and f"{key}@{rate:g}" in results):
+                continue
             plan.update(warmup_steps=max(1, round(plan["steps"] * NVIDIA_WARMUP[1])),
                         eval_steps=[plan["steps"]], save_every=plan["steps"])
             folder = study.path("sweep", label)
@@ -445,9 +445,16 @@ def stage_sweep(study, data, share, grids):
 
 
 def best_rates(sweep):
+    """{optimizer: learning rate of the lowest held-out loss}, among each optimizer's longest
+    sweep runs (a short budget may leave every rate at the unigram plateau)."""
+    longest = {}
+    for row in sweep.values():
+        longest[row["optimizer"]] = max(longest.get(row["optimizer"], 0), row["steps"])
     best = {}
     for row in sweep.values():
         key = row["optimizer"]
+        if row["steps"] != longest[key]:
+            continue
         if key not in best or row["masked_lm_loss_128"] < best[key]["masked_lm_loss_128"]:
             best[key] = row
     return {key: row["learning_rate"] for key, row in best.items()}
@@ -494,6 +501,8 @@ def parse_args(argv):
     parser.add_argument("--sweep_share", type=float, default=0.25)
     parser.add_argument("--sweep_adam", default="5e-4,1e-3,2e-3")
     parser.add_argument("--sweep_lamb", default="2.5e-3,5e-3,1e-2")
+    parser.add_argument("--sweep_optimizers", default="adam,lamb-all,lamb-weights",
+                        help="which of our optimizers to sweep")
     defaults = Recipe()
     for field in dataclasses.fields(Recipe):
         parser.add_argument(f"--{field.name}", type=type(getattr(defaults, field.name)),
@@ -532,10 +541,11 @@ def main(argv=None):
         f"loss {data['baseline']['128']['masked_lm_loss']:.3f}")
     if "sweep" in stages:
         say("== sweep")
+        grids = {"adam": [float(x) for x in args.sweep_adam.split(",")],
+                 "lamb-all": [float(x) for x in args.sweep_lamb.split(",")],
+                 "lamb-weights": [float(x) for x in args.sweep_lamb.split(",")]}
         stage_sweep(study, data, args.sweep_share,
-                    {"adam": [float(x) for x in args.sweep_adam.split(",")],
-                     "lamb-all": [float(x) for x in args.sweep_lamb.split(",")],
-                     "lamb-weights": [float(x) for x in args.sweep_lamb.split(",")]})
+                    {key: grids[key] for key in args.sweep_optimizers.split(",")})
     sweep = study.load("sweep.json")
     if sweep:  # the swept rates, unless given on the command line
         rates = {f"lr_{key.replace('-', '_')}": rate for key, rate in best_rates(sweep).items()}
