@@ -266,8 +266,7 @@ def stage_data(study, shared_data, corpus, vocab_file):
                                   max_sequences_per_row=pack if kind != "static" else 0)
             folder = layout.tfrecord_dir(dataset, options)
             records[f"{kind}-{seq}"] = {
-                "train": os.path.join(folder, f"{dataset}_training_*.tfrecord"),
-                "test": os.path.join(folder, f"{dataset}_test_*.tfrecord")}
+                "train": os.path.join(folder, "training"), "test": os.path.join(folder, "test")}
     config_file = study.path("bert_config.json")
     with open(os.path.join(REPO, "modeling", "configs", f"bert_{recipe.model}_config.json"),
               encoding="utf-8") as reader:  # the shipped config, read without TensorFlow

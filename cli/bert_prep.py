@@ -23,9 +23,11 @@ def define_flags(flag_values):
     f.DEFINE_string("action", None, "What to do: download | text_formatting | sharding | "
                     "create_tfrecord_files | create_vocab (in this order for a corpus).")
     f.DEFINE_string("dataset", None, "wikicorpus_en | wikicorpus_zh | bookscorpus | "
-                    "books_wiki_en_corpus | custom | a union such as wikicorpus_en+bookscorpus+custom | "
-                    "google_pretrained_weights | squad | "
-                    "CoLA | MRPC | SST-2 | STS-B | QQP | MNLI | QNLI | RTE | WNLI")
+                    "books_wiki_en_corpus | custom | a union such as "
+                    "wikicorpus_en+bookscorpus+custom | google_pretrained_weights | "
+                    "nvidia_pretrained_weights | squad | CoLA | MRPC | SST-2 | STS-B | QQP | "
+                    "MNLI | QNLI | RTE | WNLI | all (download only). Case does not matter "
+                    "(NVIDIA's mrpc, sst-2).")
     f = bind(flag_values, OUTPUT)
     f.DEFINE_string("working_dir", None,
                     "Root of all outputs (default: $BERT_PREP_WORKING_DIR).")
@@ -37,14 +39,16 @@ def define_flags(flag_values):
                      "download: consecutive failed attempts before giving up.")
     f.DEFINE_list("input", [], "text_formatting: input file(s)/folder(s) (required for "
                   "--dataset custom; overrides the download folder otherwise).")
+    f.DEFINE_list("input_files", [], "NVIDIA's name of --input (comma-separated, no spaces).")
     f.DEFINE_enum("custom_document_unit", "block", ["block", "file"],
                   "text_formatting of custom text: a document is a blank-line-separated "
                   "block, or a whole file.")
     f.DEFINE_bool("wiki_expand_templates", True,
                   "text_formatting: let wikiextractor expand the templates defined in the dump.")
     f = bind(flag_values, "Sharding")
-    f.DEFINE_integer("n_training_shards", 256, "Number of training shards.")
-    f.DEFINE_integer("n_test_shards", 256, "Number of test shards.")
+    f.DEFINE_integer("n_training_shards", 1472, "Number of training shards (NVIDIA's "
+                     "default).")
+    f.DEFINE_integer("n_test_shards", 1472, "Number of test shards (NVIDIA's default).")
     f.DEFINE_float("fraction_test_set", 0.1, "Fraction of documents in the test shards.")
     f.DEFINE_enum("sentence_splitter", "auto", ["auto", "blingfire", "rules"],
                   "Sentence segmentation (auto: blingfire when it loads, else rules).")
@@ -58,7 +62,8 @@ def define_flags(flag_values):
     f = bind(flag_values, "TFRecords (create_tfrecord_files)")
     f.DEFINE_string("do_whole_word_mask", "0", "1/0 (or true/false): mask whole words.")
     f.DEFINE_integer("max_seq_length", 512, "Maximum sequence length.")
-    f.DEFINE_integer("max_predictions_per_seq", 80, "Maximum masked tokens per sequence.")
+    f.DEFINE_integer("max_predictions_per_seq", 20, "Maximum masked tokens per sequence "
+                     "(NVIDIA's default: 20, for --max_seq_length 128; pass 80 for 512).")
     f.DEFINE_float("masked_lm_prob", 0.15, "Masked LM probability.")
     f.DEFINE_float("short_seq_prob", 0.1, "Probability of a shorter target sequence.")
     f.DEFINE_integer("random_seed", 12345, "Seed of pre-training data generation.")
@@ -84,11 +89,16 @@ def _truth(flag: str, value: str) -> bool:
     sys.exit(1)
 
 
+def _inputs(flags):
+    """--input and NVIDIA's --input_files, one list (both may be given)."""
+    return tuple(flags.input) + tuple(flags.input_files)
+
+
 def main(flags):
     from data_prep import prep_actions
     options = prep_actions.PrepOptions(
         action=flags.action or "", dataset=flags.dataset or "", working_dir=flags.working_dir,
-        url=flags.url, sha256=flags.sha256, input=flags.input,
+        url=flags.url, sha256=flags.sha256, input=_inputs(flags),
         custom_document_unit=flags.custom_document_unit,
         wiki_expand_templates=flags.wiki_expand_templates,
         n_training_shards=flags.n_training_shards, n_test_shards=flags.n_test_shards,

@@ -10,6 +10,7 @@ the network are never trusted to stay inside the folder they are extracted into.
 Everything the project downloads is in one table, ``DATASETS``.  A ``--url`` (http(s), a
 ``file://`` URL or a plain local path, e.g. a dump fetched by hand) replaces the table's URL
 for single-file datasets; BookCorpus has no official public URL any more and needs one.
+``$BERT_PREP_MIRROR`` reads the table's files from a mirror of their sites (``mirrored``).
 
 Errors are ``DownloadError`` (a ``DataPrepError``): one line ``<file or url>: <problem>``.
 """
@@ -59,11 +60,17 @@ _GOOGLE = "https://storage.googleapis.com/bert_models"
 _SQUAD = "https://rajpurkar.github.io/SQuAD-explorer/dataset"
 _GLUE = "https://dl.fbaipublicfiles.com/glue/data"
 _SENTEVAL = "https://dl.fbaipublicfiles.com/senteval/senteval_data"
+_NGC = "https://api.ngc.nvidia.com/v2/models/nvidia"
 
 
 def _google(release: str, name: str) -> Resource:
     return Resource(f"{_GOOGLE}/{release}/{name}.zip",
                     f"google_pretrained_weights/{name}.zip", extract=True)
+
+
+def _ngc(model: str, folder: str, version: str = "19.03.1") -> Resource:
+    return Resource(f"{_NGC}/{model}/versions/{version}/zip",
+                    f"nvidia_pretrained/{folder}/{model}_{version}.zip", extract=True)
 
 
 def _glue(archive: str) -> List[Resource]:
@@ -92,6 +99,14 @@ DATASETS: Dict[str, List[Resource]] = {
         _google("2019_05_30", "wwm_uncased_L-24_H-1024_A-16"),
         _google("2019_05_30", "wwm_cased_L-24_H-1024_A-16"),
     ],
+    # NVIDIA's checkpoints from NGC, where NVIDIA's create_datasets_from_start.sh puts them
+    # (download/nvidia_pretrained/<folder>/model.ckpt*): its run_squad.sh and run_glue.sh
+    # start from the LAMB-pre-trained BERT-large by default.
+    "nvidia_pretrained_weights": [
+        _ngc("bert_tf_ckpt_large_pretraining_amp_lamb", "bert_tf_pretraining_large_lamb"),
+        _ngc("bert_tf_ckpt_large_qa_squad11_amp_384", "bert_tf_squad11_large_384"),
+        _ngc("bert_tf_ckpt_base_qa_squad11_amp_128", "bert_tf_squad11_base_128"),
+    ],
     "squad": [
         Resource(f"{_SQUAD}/train-v1.1.json", "squad/v1.1/train-v1.1.json"),
         Resource(f"{_SQUAD}/dev-v1.1.json", "squad/v1.1/dev-v1.1.json"),
@@ -115,6 +130,25 @@ DATASETS: Dict[str, List[Resource]] = {
     ],
 }
 GLUE_TASKS = ("CoLA", "MRPC", "SST-2", "STS-B", "QQP", "MNLI", "QNLI", "RTE", "WNLI")
+
+
+MIRROR_ENV = "BERT_PREP_MIRROR"
+
+
+def mirrored(url: str, mirror: Optional[str] = None) -> str:
+    """``url`` as found on a mirror of the public sites: ``https://host/path`` ->
+    ``<mirror>/host/path``, where the mirror (default ``$BERT_PREP_MIRROR``) is an http(s) or
+    ``file://`` URL or a local folder. For clusters without internet access: fill the mirror
+    once (the same host/path tree), and every ``download`` of the table's datasets, NVIDIA's
+    scripts' included, reads from it unchanged. Without a mirror, ``url`` itself."""
+    mirror = mirror if mirror is not None else os.environ.get(MIRROR_ENV, "")
+    if not mirror or not _is_remote(url):
+        return url
+    parts = urllib.parse.urlsplit(url)
+    tail = parts.netloc + parts.path + (f"?{parts.query}" if parts.query else "")
+    if _is_remote(mirror) or mirror.lower().startswith("file:"):
+        return mirror.rstrip("/") + "/" + tail
+    return os.path.join(os.path.expanduser(mirror), *tail.split("/"))
 
 
 def is_archive(path: str) -> bool:

@@ -11,10 +11,13 @@ Each action reads what the previous one wrote, found by name under the working d
                                                               between documents
     tfrecord_lower_case_<0|1>_seq_len_<S>_max_pred_<P>_masked_lm_prob_<p>_random_seed_<R>_dupe_factor_<D>[_wwm][_packed_<k>]/<dataset>/
     tfrecord_lower_case_<0|1>_seq_len_<S>_random_seed_<R>_dupe_factor_<D>_dynamic[_packed_<k>]/<dataset>/
-        <dataset>_training_<i>.tfrecord, <dataset>_test_<i>.tfrecord  (in the second folder
-                                          with --masking dynamic: unmasked records; with
-                                          --pack: rows of up to k instances; each file
-                                          with its <file>.meta.json, data_prep.record_metadata)
+        training/<dataset>_training_<i>.tfrecord, test/<dataset>_test_<i>.tfrecord
+                                          (NVIDIA's training/ and test/ folders; in the second
+                                          folder with --masking dynamic: unmasked records;
+                                          with --pack: rows of up to k instances)
+        training.meta/, test.meta/        each file's <file>.meta.json
+                                          (data_prep.record_metadata: beside the folders, not
+                                          in them, so `training/*` is records only)
 
 Folder names carry the options that change their content, so runs with different options
 never mix and each later action finds its input from the same flags.  Not in the names: the
@@ -60,6 +63,7 @@ from data_prep.worker_lifetime import die_with_parent, pool_context
 ACTIONS = ("download", "text_formatting", "sharding", "create_tfrecord_files", "create_vocab")
 CORPORA = ("wikicorpus_en", "wikicorpus_zh", "bookscorpus", "books_wiki_en_corpus", "custom")
 WORKING_DIR_ENV = "BERT_PREP_WORKING_DIR"
+SPLITS = ("training", "test")
 
 
 def _download_datasets() -> Tuple[str, ...]:
@@ -69,6 +73,21 @@ def _download_datasets() -> Tuple[str, ...]:
 
 def all_datasets() -> Tuple[str, ...]:
     return tuple(dict.fromkeys(CORPORA + _download_datasets()))
+
+
+# NVIDIA's bertPrep.py knows these too: PubMed (its own downloader and formatter, not ported
+# here: format PubMed text yourself and use --dataset custom) and `all` (every download).
+PUBMED = ("pubmed_baseline", "pubmed_daily_update", "pubmed_fulltext", "pubmed_open_access")
+ALL = "all"
+
+
+def canonical_dataset(name: str) -> str:
+    """The dataset `name` means, in this project's spelling: names match without regard to
+    case, as NVIDIA's scripts spell GLUE tasks in lower case (`mrpc` -> `MRPC`, `sst-2` ->
+    `SST-2`); a union is matched part by part. An unknown name is returned as it is."""
+    known = {dataset.lower(): dataset for dataset in all_datasets() + PUBMED + (ALL,)}
+    parts = [known.get(part.strip().lower(), part.strip()) for part in name.split(UNION_SEPARATOR)]
+    return UNION_SEPARATOR.join(parts)
 
 
 @dataclasses.dataclass
@@ -82,8 +101,8 @@ class PrepOptions:
     input: Sequence[str] = ()
     custom_document_unit: str = "block"
     wiki_expand_templates: bool = True
-    n_training_shards: int = 256
-    n_test_shards: int = 256
+    n_training_shards: int = 1472
+    n_test_shards: int = 1472
     fraction_test_set: float = 0.1
     sentence_splitter: str = "auto"
     sharding_seed: int = 12345
@@ -92,7 +111,7 @@ class PrepOptions:
     vocab_size: int = 30522
     do_lower_case: bool = True
     max_seq_length: int = 512
-    max_predictions_per_seq: int = 80
+    max_predictions_per_seq: int = 20
     masked_lm_prob: float = 0.15
     short_seq_prob: float = 0.1
     random_seed: int = 12345
@@ -126,6 +145,13 @@ class Layout:
         name = (f"sharded_training_shards_{o.n_training_shards}_test_shards_{o.n_test_shards}"
                 f"_fraction_{o.fraction_test_set:g}")
         return os.path.join(self.root, name, dataset)
+
+    def tfrecord_split_dir(self, dataset: str, o: PrepOptions, split: str) -> str:
+        """The `training` or `test` records of `tfrecord_dir` (NVIDIA's layout:
+        `--input_files_dir=<...>/training --eval_files_dir=<...>/test`)."""
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        return os.path.join(self.tfrecord_dir(dataset, o), split)
 
     def tfrecord_dir(self, dataset: str, o: PrepOptions) -> str:
         masking = (f"_max_pred_{o.max_predictions_per_seq}_masked_lm_prob_{o.masked_lm_prob:g}"
@@ -188,11 +214,13 @@ def action_download(o: PrepOptions, layout: Layout) -> int:
                                      f"longer distributed by its authors): pass --url with an "
                                      f"http(s) URL or a local path of your copy (a folder of "
                                      f".txt books, a .zip/.tar.gz of them, or one .txt file)")
-    elif o.sha256:
-        if len(resources) > 1:
-            raise DataPrepError("--sha256", f"{o.dataset} has {len(resources)} files; --sha256 "
-                                            f"applies to single-file datasets")
-        resources = [dataclasses.replace(resources[0], sha256=o.sha256)]
+    else:
+        resources = [dataclasses.replace(r, url=download.mirrored(r.url)) for r in resources]
+        if o.sha256:
+            if len(resources) > 1:
+                raise DataPrepError("--sha256", f"{o.dataset} has {len(resources)} files; "
+                                                f"--sha256 applies to single-file datasets")
+            resources = [dataclasses.replace(resources[0], sha256=o.sha256)]
     download.download_resources(resources, os.path.join(layout.root, "download"),
                                 retries=o.download_retries, progress=o.progress, log=_say)
     if o.dataset == "MRPC":
@@ -283,6 +311,15 @@ def action_text_formatting(o: PrepOptions, layout: Layout) -> int:
     return 0
 
 
+def _given_inputs(o: PrepOptions) -> List[str]:
+    """Formatted files given with --input/--input_files (NVIDIA's sharding takes its inputs
+    so: one document a line)."""
+    for path in o.input:
+        if not os.path.isfile(path):
+            raise DataPrepError(path, "no such formatted file (one document a line)")
+    return list(o.input)
+
+
 def _formatted_inputs(o: PrepOptions, layout: Layout) -> List[str]:
     files = [layout.formatted_file(d) for d in _parts(o.dataset)]
     for path in files:
@@ -302,7 +339,8 @@ def action_sharding(o: PrepOptions, layout: Layout) -> int:
         sentence_splitter=o.sentence_splitter, n_processes=o.n_processes)
     out_dir = layout.sharded_dir(o.dataset, o)
     remove_stale_temporaries(out_dir)
-    stats = sharding.shard_corpus(_formatted_inputs(o, layout), out_dir, o.dataset, options,
+    inputs = _given_inputs(o) if o.input else _formatted_inputs(o, layout)
+    stats = sharding.shard_corpus(inputs, out_dir, o.dataset, options,
                                   progress=o.progress, log=_say)
     if stats.shard_bytes:
         _say(f"sharding: shard sizes {min(stats.shard_bytes)}..{max(stats.shard_bytes)} bytes, "
@@ -403,15 +441,19 @@ def action_create_tfrecord_files(o: PrepOptions, layout: Layout) -> int:
         max_sequences_per_row=o.max_sequences_per_row)
     base.validate()
     out_dir = layout.tfrecord_dir(o.dataset, o)
-    try:
-        os.makedirs(out_dir, exist_ok=True)
-    except OSError as e:
-        raise DataPrepError(out_dir, f"cannot create output folder: {e.strerror or e}") from None
-    remove_stale_temporaries(out_dir)
+    for split in SPLITS:
+        folder = layout.tfrecord_split_dir(o.dataset, o, split)
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError as e:
+            raise DataPrepError(folder, f"cannot create output folder: {e.strerror or e}") \
+                from None
+        remove_stale_temporaries(folder)
     jobs = []
     for shard in shards:
         name = os.path.basename(shard)[:-len(".txt")]
-        output = os.path.join(out_dir, f"{name}.tfrecord")
+        split = _SHARD_RE.search(os.path.basename(shard)).group(1)
+        output = os.path.join(layout.tfrecord_split_dir(o.dataset, o, split), f"{name}.tfrecord")
         if os.path.exists(output):
             _say(f"create_tfrecord_files: skip {name} (complete)")
             continue
@@ -463,11 +505,32 @@ _HANDLERS: dict = {
 }
 
 
+def action_download_all(o: PrepOptions, layout: Layout) -> int:
+    """NVIDIA's `--dataset all`: every dataset of the table that can be fetched without a
+    --url, one after the other (BookCorpus and PubMed are named and skipped)."""
+    if o.url or o.sha256:
+        raise DataPrepError("--url" if o.url else "--sha256", "applies to one dataset, not all")
+    _say("download all: bookscorpus needs --url and PubMed is not supported: skipped")
+    for dataset in _download_datasets():
+        if dataset != "bookscorpus":
+            action_download(dataclasses.replace(o, dataset=dataset), layout)
+    return 0
+
+
 def run(o: PrepOptions) -> int:
     """Validates the action and dataset, then runs the action; raises ``DataPrepError``."""
     if o.action not in ACTIONS:
         raise DataPrepError("--action", f"unknown action {o.action!r} "
                                         f"(choose from {', '.join(ACTIONS)})")
+    o = dataclasses.replace(o, dataset=canonical_dataset(o.dataset))
+    if o.dataset in PUBMED:
+        raise DataPrepError("--dataset", f"{o.dataset}: PubMed is not supported here (NVIDIA's "
+                                         f"bertPrep.py downloads and parses its XML); format "
+                                         f"its text as --dataset custom --input FILES")
+    if o.dataset == ALL:
+        if o.action != "download":
+            raise DataPrepError("--dataset", f"all: only --action download takes all datasets")
+        return action_download_all(o, Layout(resolve_working_dir(o.working_dir)))
     datasets = all_datasets()
     if o.dataset not in datasets and corpus_parts(o.dataset) is None:
         raise DataPrepError("--dataset", f"unknown dataset {o.dataset!r} "

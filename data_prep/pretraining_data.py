@@ -62,10 +62,10 @@ missing vocabulary, unwritable output) raise ``DataPrepError``, whose message is
 on any failure the temporary files are removed, so a record file under its final name is
 always complete.  A killed run cannot remove them: the next run over the same outputs does
 (those of a pid no longer running, ``data_prep.temporaries``), and input globs skip them.  Invalid UTF-8 is an error (Google's script crashes with a traceback):
-the message names the file and the byte offset of the first bad byte.  Each output gets a
-``<output>.meta.json`` beside it (``data_prep.record_metadata``: vocabulary, lengths, record
-count, masking kind), renamed into place just before the records, so pre-training can check
-every file at start-up.
+the message names the file and the byte offset of the first bad byte.  Each output gets its
+metadata in ``<output folder>.meta/`` (``data_prep.record_metadata``: vocabulary, lengths,
+record count, masking kind), renamed into place just before the records, so pre-training can
+check every file at start-up.
 """
 from __future__ import annotations
 
@@ -828,7 +828,10 @@ def create_pretraining_tfrecords(input_files: Union[str, Sequence[str]],
             raise DataPrepError(path, "output path is a directory")
     for folder, names in itertools.groupby(sorted(output_files, key=_folder), key=_folder):
         names = list(names)  # left by a killed run of these outputs (and their metadata):
-        remove_stale_temporaries(folder, names + [record_metadata.metadata_path(n) for n in names])
+        remove_stale_temporaries(folder, names + [record_metadata.legacy_metadata_path(n)
+                                                  for n in names])
+        remove_stale_temporaries(os.path.dirname(record_metadata.metadata_path(names[0])),
+                                 [record_metadata.metadata_path(n) for n in names])
     if len(set(map(os.path.abspath, output_files))) != len(output_files):
         raise DataPrepError(",".join(output_files), "the same output file is named twice")
     files = expand_input_files(input_files)

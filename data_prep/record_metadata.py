@@ -1,4 +1,4 @@
-"""The metadata file beside each pre-training record file: `<records>.meta.json`.
+"""The metadata of each pre-training record file: `<folder>.meta/<records>.meta.json`.
 
 Why: a TFRecord file says nothing about itself; a folder that mixes sequence lengths,
 vocabularies or masking kinds, or records whose ids exceed the model's vocabulary, would
@@ -6,6 +6,15 @@ otherwise be found out only when training reads the bad record, hours in. With o
 JSON file per record file, pre-training checks every file in O(files) at start-up
 (`pretraining.record_checks`), and knows how many records each file holds (so a file cut
 short can be counted exactly).
+
+Where: in a folder beside the records' folder, named after it with `.meta` added
+(`.../books_wiki_en_corpus/training/x.tfrecord` ->
+`.../books_wiki_en_corpus/training.meta/x.tfrecord.meta.json`), never in the records' folder
+itself: NVIDIA's `run_pretraining.py` reads every entry of `--input_files_dir/*` as a
+TFRecord file (TensorFlow's glob matches hidden names too), so anything beside the records
+would break it. Metadata written beside the records (`<records>.meta.json`, this project's
+earlier place) is still read (`find_metadata`), and a writer that cannot create the `.meta`
+folder (a parent it may not write to) falls back to that place.
 
 Per file rather than per folder: `bertPrep.py --action create_tfrecord_files` writes shards
 in parallel processes and resumes by skipping finished ones; a per-folder file would need
@@ -38,9 +47,35 @@ class MetadataError(ValueError):
     """A metadata file that cannot be used; `str(err)` is one line naming the file."""
 
 
+FOLDER_SUFFIX = ".meta"
+
+
 def metadata_path(records_path):
-    """Where the metadata of `records_path` lives."""
+    """Where the metadata of `records_path` is written: `<folder>.meta/<name>.meta.json`
+    (a local path is made absolute first; a URL such as gs://... keeps its form). A record
+    file at the root of a filesystem keeps it beside itself (`legacy_metadata_path`)."""
+    path = str(records_path)
+    if "://" not in path:
+        path = os.path.abspath(path)
+    folder, _, name = path.rstrip("/").rpartition("/")
+    if not folder or folder.endswith(":/") or folder.endswith("://"):
+        return legacy_metadata_path(records_path)
+    return f"{folder}{FOLDER_SUFFIX}/{name}{SUFFIX}"
+
+
+def legacy_metadata_path(records_path):
+    """The earlier place of the metadata: beside the records (`<records>.meta.json`)."""
     return str(records_path) + SUFFIX
+
+
+def find_metadata(records_path, exists=os.path.exists):
+    """The metadata file of `records_path` (its `.meta` folder's, else the one beside it),
+    or None; `exists`: the existence test of the records' filesystem (tf.io.gfile.exists
+    for remote ones)."""
+    for path in (metadata_path(records_path), legacy_metadata_path(records_path)):
+        if exists(path):
+            return path
+    return None
 
 
 def is_metadata_name(name):
@@ -65,8 +100,14 @@ def describe(records, max_seq_length, max_predictions_per_seq, vocab_size, vocab
 
 def write(records_path, metadata):
     """Writes the metadata of `records_path` atomically (temporary name `.tmp-<pid>`, which
-    `data_prep.temporaries` cleans up after a killed writer). Raises OSError."""
+    `data_prep.temporaries` cleans up after a killed writer), in its `.meta` folder, or
+    beside the records when that folder cannot be created. Returns the path; raises
+    OSError."""
     path = metadata_path(records_path)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    except OSError:
+        path = legacy_metadata_path(records_path)
     temporary = f"{path}.tmp-{os.getpid()}"
     try:
         with open(temporary, "w", encoding="utf-8") as writer:
@@ -76,6 +117,10 @@ def write(records_path, metadata):
         if os.path.exists(temporary):
             os.remove(temporary)
         raise
+    stale = legacy_metadata_path(records_path)
+    if path != stale and os.path.exists(stale):  # a rewrite must not leave the old one
+        os.remove(stale)
+    return path
 
 
 def parse(text, path):

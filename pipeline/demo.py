@@ -145,8 +145,8 @@ def run_demo(output_dir, corpus=None, phase1_steps=600, phase2_steps=40, n_proce
         start = _banner(1 + phase, f"pre-training phase {phase}: tiny BERT "
                                    f"(2 layers, hidden 64), seq {seq}, {steps} LAMB steps")
         out = os.path.join(output_dir, f"phase_{phase}")
-        train_files = os.path.join(records[seq], "custom_training_*.tfrecord")
-        eval_files = os.path.join(records[seq], "custom_test_*.tfrecord")
+        train_files = os.path.join(records[seq], "training")
+        eval_files = os.path.join(records[seq], "test")
         values = _flag_values(
             define_pretraining_flags, bert_config_file=config_file,
             input_files_dir=train_files, eval_files_dir=eval_files,

@@ -6,8 +6,9 @@ this pipeline masks at every read (`pretraining.dynamic_masking`); `pretraining.
 tells the two apart. The reading itself (deterministic order, exact resume, per-rank
 sharding) is `training.records`, shared with fine-tuning.
 
-Files named `<records>.meta.json` are the records' metadata (`data_prep.record_metadata`),
-never input; `pretraining.record_checks` reads them.
+The records' metadata (`data_prep.record_metadata`: `<folder>.meta/<records>.meta.json`, or
+`<records>.meta.json` beside them as written earlier) is never input;
+`pretraining.record_checks` reads it.
 
 Under Horovod, pre-training shards by whole files only: with fewer files than ranks it
 refuses to start (InputError) instead of having every rank read every file and keep 1/N of
@@ -81,8 +82,9 @@ def list_input_files(path_or_glob):
             names = sorted(tf.io.gfile.listdir(part))
             found.extend(os.path.join(part, n) for n in names
                          if not tf.io.gfile.isdir(os.path.join(part, n)))
-        else:
-            found.extend(sorted(tf.io.gfile.glob(part)))
+        else:  # folders a glob matches (training/, training.meta/ ...) are not files
+            found.extend(path for path in sorted(tf.io.gfile.glob(part))
+                         if not tf.io.gfile.isdir(path))
     files = [path for path in found if _is_input_name(os.path.basename(path))]
     if not files:
         ignored = f" ({len(found)} hidden or temporary ignored)" if found else ""

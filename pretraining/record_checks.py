@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import tensorflow as tf
 
-from data_prep.record_metadata import STATIC_MASKING, MetadataError, metadata_path, parse
+from data_prep.record_metadata import STATIC_MASKING, MetadataError, find_metadata, parse
 from pretraining import record_kinds
 from pretraining.input_pipeline import InputError, reading_spec, value_ranges
 from training.record_scan import record_problem
@@ -31,8 +31,8 @@ THREADS = 16
 def read_metadata(path):
     """The metadata of record file `path`, or None when there is none; InputError (naming
     the metadata file) when it is unusable."""
-    meta_path = metadata_path(path)
-    if not tf.io.gfile.exists(meta_path):
+    meta_path = find_metadata(path, exists=tf.io.gfile.exists)
+    if meta_path is None:
         return None
     with tf.io.gfile.GFile(meta_path) as reader:
         text = reader.read()

@@ -40,12 +40,21 @@ PACKED=${PACKED:-false}
 packing_filter() {  # keeps the folder names of packed records iff PACKED=true
   if [ "$PACKED" = true ]; then grep -e "_packed_"; else grep -v -e "_packed_"; fi
 }
-phase_data() {  # phase_data SEQ_LEN MAX_PRED SPLIT -> a glob of bertPrep.py's records
-  local kind="_max_pred_$2_" dir
+# phase_data SEQ_LEN MAX_PRED SPLIT -> bertPrep.py's records of SPLIT (training|test): the
+# SPLIT folder (NVIDIA's layout, which bertPrep.py writes), or the flat folder of earlier
+# versions of this project as a glob; failing both, the records NVIDIA's own bertPrep.py
+# writes under DATA_DIR/tfrecord/ (its scripts' paths).
+phase_data() {
+  local kind="_max_pred_$2_" dir nvidia
   [ "$MASKING" = dynamic ] && kind="_dynamic"
   dir=$(ls -d "$DATA_DIR"/${TFRECORD_PREFIX}_seq_len_$1_*/"$DATASET" 2>/dev/null \
         | grep -e "$kind" | packing_filter | head -n 1)
-  echo "${dir:-$DATA_DIR/${TFRECORD_PREFIX}_seq_len_$1_max_pred_$2/$DATASET}/${DATASET}_$3_*.tfrecord"
+  nvidia="$DATA_DIR/tfrecord/lower_case_1_seq_len_$1_max_pred_$2_masked_lm_prob_0.15_random_seed_12345_dupe_factor_5_shard_1472_test_split_10/$DATASET/$3"
+  if [ -n "$dir" ] && [ -d "$dir/$3" ]; then echo "$dir/$3"
+  elif [ -n "$dir" ]; then echo "$dir/${DATASET}_$3_*.tfrecord"
+  elif [ -d "$nvidia" ]; then echo "$nvidia"
+  else echo "$DATA_DIR/${TFRECORD_PREFIX}_seq_len_$1_max_pred_$2_masked_lm_prob_0.15_random_seed_12345_dupe_factor_5/$DATASET/$3"
+  fi
 }
 TRAIN_DATA_PHASE1=${TRAIN_DATA_PHASE1:-$(phase_data 128 20 training)}
 EVAL_DATA_PHASE1=${EVAL_DATA_PHASE1:-$(phase_data 128 20 test)}

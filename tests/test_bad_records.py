@@ -44,8 +44,11 @@ def write_metadata(path, records=48, vocab_size=VOCAB, masking="static", seq=SEQ
 
 
 def copy_of(data, tmp_path, name):  # noqa: F811
+    """A copy of the training records and of their metadata folder beside them."""
     folder = tmp_path / name
     shutil.copytree(data / "train", folder)
+    if (data / "train.meta").is_dir():
+        shutil.copytree(data / "train.meta", tmp_path / f"{name}.meta")
     return folder
 
 
@@ -109,9 +112,18 @@ def test_start_up_checks_every_file_and_its_metadata(data, tmp_path):  # noqa: F
     write_metadata(meta / "part-1.tfrecord", seq=128)
     refused(meta, f"{meta / 'part-1.tfrecord'} (per its metadata): records have sequence "
                   "length 128 but --max_seq_length=16")
+    # The metadata lives beside the records' folder (`<folder>.meta/`), where NVIDIA's
+    # `--input_files_dir/*` does not find it; metadata beside the records (the earlier
+    # place) is still read.
+    new_place = record_metadata.metadata_path(meta / "part-1.tfrecord")
+    assert new_place == f"{meta}.meta/part-1.tfrecord.meta.json"
+    open(new_place, "w").write("{")
+    refused(meta, f"{new_place}: not valid JSON")
+    os.remove(new_place)
     (meta / "part-1.tfrecord.meta.json").write_text("{")
     refused(meta, f"{meta / 'part-1.tfrecord.meta.json'}: not valid JSON")
     write_metadata(meta / "part-1.tfrecord")
+    assert not (meta / "part-1.tfrecord.meta.json").exists()  # the rewrite replaced it
     open(meta / "part-1.tfrecord", "wb").close()
     refused(meta, f"{meta / 'part-1.tfrecord'}: empty, but its metadata says 48 records")
 

@@ -126,10 +126,10 @@ def test_one_bad_shard_does_not_lose_the_others(shared_data, minilm_vocab, tmp_p
     assert_clean_error(proc, f"error: {bad}: invalid UTF-8 at byte offset 1000")
     out_dir = wd / ("tfrecord_lower_case_1_seq_len_64_max_pred_10_masked_lm_prob_0.15"
                     "_random_seed_12345_dupe_factor_1") / "custom"
-    assert sorted(os.listdir(out_dir)) == ["custom_training_0.tfrecord",
-                                           "custom_training_0.tfrecord.meta.json",
-                                           "custom_training_2.tfrecord",
-                                           "custom_training_2.tfrecord.meta.json"]
+    assert sorted(os.listdir(out_dir / "training")) == ["custom_training_0.tfrecord",
+                                                        "custom_training_2.tfrecord"]
+    assert sorted(os.listdir(out_dir / "training.meta")) == [
+        "custom_training_0.tfrecord.meta.json", "custom_training_2.tfrecord.meta.json"]
     assert "2/3 shards complete" in proc.stdout
 
 

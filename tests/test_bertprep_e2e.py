@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from bertprep_support import BOOKS, WIKI_DUMP, FixtureServer, run_bertprep
+from data_prep import record_metadata
 from google_reference import google_name_to_features
 
 SHARD_FLAGS = ["--n_training_shards", "3", "--n_test_shards", "1", "--fraction_test_set", "0.05"]
@@ -118,8 +119,15 @@ def test_layout_of_every_step(prepared, shared_data):
         records = os.path.join(
             wd, f"tfrecord_lower_case_1_seq_len_{seq}_max_pred_{pred}_masked_lm_prob_0.15"
                 f"_random_seed_12345_dupe_factor_1", "books_wiki_en_corpus")
-        assert sorted(os.listdir(records)) == sorted(
-            n + suffix for n in names for suffix in (".tfrecord", ".tfrecord.meta.json"))
+        # NVIDIA's layout: training/ and test/ folders of records only (their reader takes
+        # every file there), each file's metadata in the folder's `.meta` sibling.
+        assert sorted(os.listdir(records)) == ["test", "test.meta", "training", "training.meta"]
+        for split in ("training", "test"):
+            split_names = [n for n in names if f"_{split}_" in n]
+            assert sorted(os.listdir(os.path.join(records, split))) == sorted(
+                n + ".tfrecord" for n in split_names)
+            assert sorted(os.listdir(os.path.join(records, split + ".meta"))) == sorted(
+                n + ".tfrecord.meta.json" for n in split_names)
 
 
 @pytest.mark.parametrize("seq, pred", [(128, 20), (48, 8)])
@@ -129,12 +137,12 @@ def test_records_parse_with_google_spec_and_are_well_formed(prepared, seq, pred)
         wd, f"tfrecord_lower_case_1_seq_len_{seq}_max_pred_{pred}_masked_lm_prob_0.15"
             f"_random_seed_12345_dupe_factor_1", "books_wiki_en_corpus")
     total = 0
-    for name in sorted(glob.glob(os.path.join(folder, "*.tfrecord"))):
+    for name in sorted(glob.glob(os.path.join(folder, "*", "*.tfrecord"))):
         features = parse_records(name, seq, pred)
         assert len(features["input_ids"]) > 50
         check_invariants(features, vocab, seq)
         total += len(features["input_ids"])
-        metadata = json.load(open(name + ".meta.json"))  # what pre-training checks
+        metadata = json.load(open(record_metadata.metadata_path(name)))  # what is checked
         assert metadata["records"] == len(features["input_ids"]) and metadata["masking"] == \
             "static"
         assert (metadata["max_seq_length"], metadata["max_predictions_per_seq"]) == (seq, pred)
@@ -156,7 +164,7 @@ def test_create_vocab_is_used_when_no_vocab_file_is_given(shared_data, tmp_path)
     assert vocab[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     assert 1000 < len(vocab) <= 3000
     folder = os.path.join(wd, "tfrecord_lower_case_1_seq_len_64_max_pred_10_masked_lm_prob_0.15"
-                              "_random_seed_12345_dupe_factor_1", "bookscorpus")
+                              "_random_seed_12345_dupe_factor_1", "bookscorpus", "training")
     names = sorted(n for n in os.listdir(folder) if n.endswith(".tfrecord"))
     assert names == ["bookscorpus_training_0.tfrecord", "bookscorpus_training_1.tfrecord"]
     for name in names:

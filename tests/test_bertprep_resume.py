@@ -38,10 +38,20 @@ def command(wd, vocab, processes):
             "--vocab_file", vocab, "--n_processes", str(processes), *SHARD_FLAGS, *RECORD_FLAGS]
 
 
+def _names(folder):
+    """{name: path} of every file in `folder`'s training/ and test/ record folders."""
+    found = {}
+    for split in ("training", "test"):
+        path = os.path.join(folder, split)
+        if os.path.isdir(path):
+            found.update((n, os.path.join(path, n)) for n in os.listdir(path))
+    return found
+
+
 def _complete(folder):
-    """{name: mtime} of the record files complete in `folder`."""
-    return {n: os.stat(os.path.join(folder, n)).st_mtime_ns for n in os.listdir(folder)
-            if n.endswith(".tfrecord")} if os.path.isdir(folder) else {}
+    """{name: mtime} of the record files complete in `folder` (training/ and test/)."""
+    return {n: os.stat(path).st_mtime_ns for n, path in _names(folder).items()
+            if n.endswith(".tfrecord")}
 
 
 @pytest.mark.faults
@@ -57,7 +67,7 @@ def test_three_kills_resume_with_only_unfinished_shards(shared_data, minilm_voca
 
     def writing_after(count):
         def ready():
-            names = os.listdir(folder) if os.path.isdir(folder) else []
+            names = list(_names(folder))
             return (len([n for n in names if n.endswith(".tfrecord")]) >= count
                     and any(".tfrecord.tmp-" in n for n in names))
         return ready

@@ -335,7 +335,7 @@ def test_bertprep_writes_dynamic_records_into_their_own_folder(corpus, minilm_vo
         dupe_factor=1, masking="dynamic", n_processes=1)
     assert prep_actions.run(options) == 0
     written = work / "tfrecord_lower_case_1_seq_len_128_random_seed_12345_dupe_factor_1_dynamic"
-    files = [str(written / "custom" / "custom_training_0.tfrecord")]
+    files = [str(written / "custom" / "training" / "custom_training_0.tfrecord")]
     assert check_records_match(files, SEQ, PRED, len(corpus["vocab"])).kind == "dynamic"
 
 

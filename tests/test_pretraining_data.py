@@ -601,7 +601,12 @@ def test_cli_writes_readable_records_and_reports_errors(minilm_vocab, tmp_path):
     parsed = tf.io.parse_single_example(records[0], google_name_to_features(32, 5))
     assert parsed["input_ids"].shape == (32,)
     vocab = open(minilm_vocab, encoding="utf-8").read().splitlines()
-    assert record_metadata.parse(open(out + ".meta.json").read(), out) == {
+    # The metadata goes beside the output's folder (NVIDIA's reader takes every file of a
+    # records folder as records), never into it.
+    meta = record_metadata.metadata_path(out)
+    assert meta == str(tmp_path) + ".meta/out.tfrecord.meta.json"
+    assert sorted(os.listdir(tmp_path)) == ["in.txt", "out.tfrecord"]
+    assert record_metadata.parse(open(meta).read(), out) == {
         "format": "bert-pretraining-records", "writer_version": 1, "records": len(records),
         "max_seq_length": 32, "max_predictions_per_seq": 5, "vocab_size": len(vocab),
         "vocab_sha256": record_metadata.vocab_sha256(vocab), "masking": "static",
@@ -616,5 +621,6 @@ def test_cli_writes_readable_records_and_reports_errors(minilm_vocab, tmp_path):
     error_lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
     assert error_lines == [f"error: {src}: invalid UTF-8 at byte offset "
                            f"{os.path.getsize(src) - 2} (byte 0xe9)"], proc.stderr
-    assert not os.path.exists(bad_out) and not os.path.exists(bad_out + ".meta.json")
+    assert not os.path.exists(bad_out)
+    assert not os.path.exists(record_metadata.metadata_path(bad_out))
     assert not [f for f in os.listdir(tmp_path) if ".tmp-" in f]

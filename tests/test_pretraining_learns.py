@@ -44,8 +44,8 @@ def test_pretraining_from_scratch_ends_clearly_below_the_unigram_baseline(shared
                           max_predictions_per_seq=PREDICTIONS, **base)
     assert prep(options) == 0
     records = layout.tfrecord_dir("wikicorpus_en", options)
-    train_files = os.path.join(records, "wikicorpus_en_training_*.tfrecord")
-    eval_files = os.path.join(records, "wikicorpus_en_test_*.tfrecord")
+    train_files = os.path.join(records, "training")
+    eval_files = os.path.join(records, "test")
     config_file = str(tmp_path / "bert_config.json")
     vocab_size = sum(1 for _ in open(vocab, encoding="utf-8"))
     named_config("tiny").replace(vocab_size=vocab_size).to_json_file(config_file)
