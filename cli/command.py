@@ -61,4 +61,14 @@ class Command:
                           self.console_level)
             return self.main(values)
 
-        app.run(main, argv=argv)
+        app.run(main, argv=argv, flags_parser=_parse_flags)
+
+
+def _parse_flags(argv):
+    """absl's parsing, with a bad flag (unknown, or a value it cannot take) said in one line
+    `error: ...` instead of absl's two, and exit status 1 as for every other bad input."""
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as err:
+        print(f"error: {err} (--help lists the flags)", file=sys.stderr)
+        sys.exit(1)

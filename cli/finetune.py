@@ -39,7 +39,10 @@ REQUIRED = ("vocab_file", "bert_config_file", "output_dir")
 def _main(task_class_name):
     """The command's main: runs the driver with `finetuning.tasks.<task_class_name>`."""
     def main(flags):
-        if flags.use_xla:
+        from cli.nvidia_flags import warn_ignored
+        from training.speed_defaults import resolve
+        warn_ignored(flags)
+        if resolve(flags).use_xla:  # NVIDIA's default --use_xla only where there is a GPU
             from training.xla_env import enable_cpu_xla
             enable_cpu_xla()  # before TensorFlow is imported
         from finetuning import tasks

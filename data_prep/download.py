@@ -61,6 +61,7 @@ _SQUAD = "https://rajpurkar.github.io/SQuAD-explorer/dataset"
 _GLUE = "https://dl.fbaipublicfiles.com/glue/data"
 _SENTEVAL = "https://dl.fbaipublicfiles.com/senteval/senteval_data"
 _NGC = "https://api.ngc.nvidia.com/v2/models/nvidia"
+_CODALAB = "https://worksheets.codalab.org/rest/bundles"
 
 
 def _google(release: str, name: str) -> Resource:
@@ -107,11 +108,17 @@ DATASETS: Dict[str, List[Resource]] = {
         _ngc("bert_tf_ckpt_large_qa_squad11_amp_384", "bert_tf_squad11_large_384"),
         _ngc("bert_tf_ckpt_base_qa_squad11_amp_128", "bert_tf_squad11_base_128"),
     ],
+    # With the official evaluation scripts, from where NVIDIA's SquadDownloader takes them:
+    # NVIDIA's run_squad.sh passes --eval_script=$SQUAD_DIR/evaluate-v<version>.py.
     "squad": [
         Resource(f"{_SQUAD}/train-v1.1.json", "squad/v1.1/train-v1.1.json"),
         Resource(f"{_SQUAD}/dev-v1.1.json", "squad/v1.1/dev-v1.1.json"),
+        Resource(f"{_CODALAB}/0xbcd57bee090b421c982906709c8c27e1/contents/blob/",
+                 "squad/v1.1/evaluate-v1.1.py"),
         Resource(f"{_SQUAD}/train-v2.0.json", "squad/v2.0/train-v2.0.json"),
         Resource(f"{_SQUAD}/dev-v2.0.json", "squad/v2.0/dev-v2.0.json"),
+        Resource(f"{_CODALAB}/0x6b567e1cf2e041ec80d7098f031c5c9e/contents/blob/",
+                 "squad/v2.0/evaluate-v2.0.py"),
     ],
     "CoLA": _glue("CoLA.zip"),
     "SST-2": _glue("SST-2.zip"),
@@ -148,7 +155,8 @@ def mirrored(url: str, mirror: Optional[str] = None) -> str:
     tail = parts.netloc + parts.path + (f"?{parts.query}" if parts.query else "")
     if _is_remote(mirror) or mirror.lower().startswith("file:"):
         return mirror.rstrip("/") + "/" + tail
-    return os.path.join(os.path.expanduser(mirror), *tail.split("/"))
+    # A folder: a URL ending in "/" (CodaLab's blobs) is the file named by its last part.
+    return os.path.join(os.path.expanduser(mirror), *tail.rstrip("/").split("/"))
 
 
 def is_archive(path: str) -> bool:

@@ -15,7 +15,7 @@ from absl import logging
 
 from cli.console import SHOW
 from data_prep.tokenization import FullTokenizer, VocabError, validate_case_matches_checkpoint
-from finetuning.export import export_saved_model, write_triton_repository
+from finetuning.export import ExportError, TritonModel, export_saved_model, write_triton_repository
 from finetuning.model_fn import make_model_fn
 from finetuning.tasks import TaskDataError
 from modeling import BertConfig, ConfigError
@@ -28,6 +28,7 @@ from training.run_lock import run_lock
 from training.resume import checkpoint_value, train_resuming
 from training.settings import (TrainingSettings, UsageError, gradient_compression,
                                peak_learning_rate, precision_settings)
+from training.speed_defaults import resolve as resolve_speed
 
 tf1 = tf.compat.v1
 
@@ -61,12 +62,25 @@ def evaluated_step(flags):
 
 def _validate(task, flags, config):
     if not (flags.do_train or flags.do_predict or getattr(flags, "do_eval", False)
-            or flags.export_dir):
-        raise UsageError("nothing to do: pass --do_train, --do_eval, --do_predict or --export_dir")
+            or flags.export_dir or flags.export_triton or flags.triton_model_repository):
+        raise UsageError("nothing to do: pass --do_train, --do_eval, --do_predict, "
+                         "--export_dir or --export_triton")
     if flags.max_seq_length > config.max_position_embeddings:
         raise UsageError(f"--max_seq_length={flags.max_seq_length} exceeds the config's "
                          f"max_position_embeddings {config.max_position_embeddings}")
     task.validate_flags(flags)
+
+
+def triton_model(flags, amp):
+    """The TritonModel the flags ask for (--export_triton: NVIDIA's <output_dir>/triton_models;
+    --triton_model_repository: that folder), or None."""
+    repository = (os.path.join(flags.output_dir, "triton_models") if flags.export_triton
+                  else flags.triton_model_repository)
+    if not repository:
+        return None
+    return TritonModel(repository, flags.triton_model_name, flags.triton_model_version,
+                       flags.triton_max_batch_size, flags.triton_dyn_batching_delay,
+                       flags.triton_engine_count, amp, flags.triton_model_overwrite)
 
 
 def run(task, flags):
@@ -93,7 +107,14 @@ def _run(task, flags, workers):
         logging.info("fine-tuning %s on %d examples: %d steps (%d warm-up)", task.name,
                      num_examples, num_train_steps, num_warmup_steps, extra=SHOW)
 
-    compute_type, loss_scale = precision_settings(flags.amp, flags.amp_dtype)
+    speed = resolve_speed(flags)  # NVIDIA's --amp/--use_xla defaults on a machine without GPU
+    if workers.is_chief:
+        for note in speed.notes:
+            logging.info("%s", note, extra=SHOW)
+    triton = triton_model(flags, speed.amp)
+    if triton and workers.is_chief:
+        triton.check_writable()  # before training, not after it
+    compute_type, loss_scale = precision_settings(speed.amp, speed.amp_dtype)
     settings = TrainingSettings(
         bert_config=config, learning_rate=peak_learning_rate(flags.learning_rate, workers.size),
         num_train_steps=num_train_steps,
@@ -102,9 +123,9 @@ def _run(task, flags, workers):
         loss_scale=loss_scale, init_loss_scale=flags.init_loss_scale,
         num_accumulation_steps=flags.num_accumulation_steps,
         allreduce_post_accumulation=flags.num_accumulation_steps > 1,
-        allreduce_fn=workers.allreduce_fn(gradient_compression(flags.amp, flags.amp_dtype)),
+        allreduce_fn=workers.allreduce_fn(gradient_compression(speed.amp, speed.amp_dtype)),
         seed=flags.seed,
-        rank=workers.rank)
+        rank=workers.rank, log_variables=flags.verbose_logging)
     log_hooks = []
 
     def logging_hooks(tensors):
@@ -116,7 +137,7 @@ def _run(task, flags, workers):
         return [hook]
 
     run_config = make_run_config(flags.output_dir, workers, flags.save_checkpoints_steps,
-                                 flags.keep_checkpoint_max, flags.use_xla, flags.seed)
+                                 flags.keep_checkpoint_max, speed.use_xla, flags.seed)
     estimator = tf.estimator.Estimator(make_model_fn(task, settings, logging_hooks),
                                        config=run_config)
 
@@ -148,17 +169,24 @@ def _run(task, flags, workers):
                                        evaluated_step(flags))
         logging.info("%s results: %s", split, results[split])
 
-    if flags.export_dir:
+    if flags.export_dir or triton:
         checkpoint = tf1.train.latest_checkpoint(flags.output_dir)
         if checkpoint is None and flags.init_checkpoint:  # export an existing checkpoint
             checkpoint = resolve_checkpoint(flags.init_checkpoint)
-        path = export_saved_model(estimator, task, flags.export_dir, flags.max_seq_length,
+        # Without --export_dir the SavedModel is written for Triton only (NVIDIA's export):
+        # in a scratch folder of the output folder, removed once laid out.
+        export_dir = flags.export_dir or os.path.join(flags.output_dir, "export_for_triton")
+        path = export_saved_model(estimator, task, export_dir, flags.max_seq_length,
                                   checkpoint, flags.vocab_file, flags.do_lower_case)
-        results["saved_model"] = path
-        logging.info("SavedModel written to %s", path)
-        if flags.triton_model_repository:
-            results["triton"] = write_triton_repository(path, flags.triton_model_repository,
-                                                        task, flags.max_seq_length)
+        if flags.export_dir:
+            results["saved_model"] = path
+            logging.info("SavedModel written to %s", path)
+        if triton:
+            results["triton"] = write_triton_repository(path, triton, task,
+                                                        flags.max_seq_length)
+            logging.info("Triton model written to %s", results["triton"], extra=SHOW)
+            if not flags.export_dir:
+                tf.io.gfile.rmtree(export_dir)
     return results
 
 
@@ -166,7 +194,7 @@ def main(task_factory, flags):
     """Entry point of run_squad.py / run_classifier.py: one-line errors and exit codes."""
     try:
         results = run(task_factory(flags), flags)
-    except (UsageError, ConfigError, CheckpointError, VocabError, TaskDataError,
+    except (UsageError, ConfigError, CheckpointError, VocabError, TaskDataError, ExportError,
             RuntimeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -6,6 +6,7 @@ returns the task's outputs (start/end logits, class probabilities or a regressio
 It loads with `tf.saved_model.load`, runs with `saved_model_cli run`, and serves from
 TensorFlow Serving or Triton (`platform: "tensorflow_savedmodel"`).
 """
+import dataclasses
 import json
 import os
 import shutil
@@ -193,35 +194,90 @@ def _not_a_saved_model(path):
 _TRITON_TYPES = {tf.int32: "TYPE_INT32", tf.float32: "TYPE_FP32", tf.int64: "TYPE_INT64"}
 
 
-def triton_config(model_name, task, max_seq_length, max_batch_size=64):
-    """config.pbtxt text: inputs/outputs without the batch dimension, dynamic batching."""
-    def tensor(name, dtype, dims):
-        dims_text = ", ".join(str(d) for d in dims) if dims else "1"
-        return (f'  {{\n    name: "{name}"\n    data_type: {_TRITON_TYPES[dtype]}\n'
-                f'    dims: [ {dims_text} ]\n  }}')
-    inputs = [tensor(n, tf.int32, [max_seq_length]) for n in SEQUENCE_INPUTS]
-    inputs += [tensor(n, tf.int32, []) for n in task.extra_serving_inputs]
-    outputs = [tensor(name, dtype, dims)
-               for name, (dtype, dims) in task.serving_output_spec(max_seq_length).items()]
-    return (f'name: "{model_name}"\nplatform: "tensorflow_savedmodel"\n'
-            f"max_batch_size: {max_batch_size}\n"
-            "input [\n" + ",\n".join(inputs) + "\n]\n"
-            "output [\n" + ",\n".join(outputs) + "\n]\n"
-            "dynamic_batching {\n  preferred_batch_size: [ 8, 16, 32 ]\n"
-            "  max_queue_delay_microseconds: 200\n}\n"
-            "instance_group [\n  {\n    count: 1\n    kind: KIND_GPU\n  }\n]\n")
+@dataclasses.dataclass(frozen=True)
+class TritonModel:
+    """A Triton model to write, with NVIDIA's names and defaults (their --triton_* flags):
+    `<repository>/<name>/config.pbtxt` and `<repository>/<name>/<version>/model.savedmodel`.
+    `batching_delay_ms` > 0 turns on dynamic batching (preferred batches max/2 and max);
+    `amp` asks Triton for automatic mixed precision on GPUs, as NVIDIA's export does."""
+    repository: str
+    name: str = "bert"
+    version: int = 1
+    max_batch_size: int = 8
+    batching_delay_ms: float = 0.0
+    engine_count: int = 1
+    amp: bool = False
+    overwrite: bool = False
+
+    @property
+    def folder(self):
+        return os.path.join(self.repository, self.name)
+
+    @property
+    def version_folder(self):
+        return os.path.join(self.folder, str(self.version), "model.savedmodel")
+
+    def check_writable(self):
+        """Refuses (ExportError, one line) to replace an existing model unless `overwrite`:
+        call it at start-up, before training."""
+        config = os.path.join(self.folder, "config.pbtxt")
+        existing = [p for p in (self.version_folder, config) if os.path.exists(p)]
+        if existing and not self.overwrite:
+            raise ExportError(f"{existing[0]}: a Triton model is already there; pass "
+                              "--triton_model_overwrite to replace it, or another "
+                              "--triton_model_name/--triton_model_version")
 
 
-def write_triton_repository(saved_model_dir, repository, task, max_seq_length, version=1):
-    """<repository>/bert_<task>/{config.pbtxt, <version>/model.savedmodel/}. Returns the
-    model folder."""
-    model_name = f"bert_{task.name}".replace("-", "_")
-    model_dir = os.path.join(repository, model_name)
-    tmp = f"{model_dir}.tmp-{os.getpid()}"
+class ExportError(ValueError):
+    """An export that would overwrite what a user made; one line."""
+
+
+def _triton_tensor(name, dtype, dims):
+    """A config.pbtxt input/output. Triton's TensorFlow backend compares [-1] + dims (the
+    batch dimension first) with the signature's shape, or [-1] + reshape when a reshape is
+    given: a per-example scalar (SQuAD's unique_ids, STS-B's score) is dims [1] reshaped to
+    [] (Triton allows no empty dims), as NVIDIA's export writes it."""
+    shape = f"dims: [ {', '.join(str(d) for d in dims)} ]" if dims else \
+        "dims: [ 1 ]\n    reshape: { shape: [ ] }"
+    return f'  {{\n    name: "{name}"\n    data_type: {_TRITON_TYPES[dtype]}\n    {shape}\n  }}'
+
+
+def triton_config(model, task, max_seq_length):
+    """config.pbtxt text for `model` (a TritonModel) of `task`'s SavedModel: its serving
+    inputs and outputs (an output that only echoes an input, SQuAD's unique_ids, is left out,
+    as NVIDIA's config does), NVIDIA's batching and instance settings."""
+    inputs = [_triton_tensor(n, tf.int32, []) for n in task.extra_serving_inputs]
+    inputs += [_triton_tensor(n, tf.int32, [max_seq_length]) for n in SEQUENCE_INPUTS]
+    outputs = [_triton_tensor(name, dtype, dims)
+               for name, (dtype, dims) in task.serving_output_spec(max_seq_length).items()
+               if name not in task.extra_serving_inputs]
+    text = (f'name: "{model.name}"\nplatform: "tensorflow_savedmodel"\n'
+            f"max_batch_size: {model.max_batch_size}\n")
+    if model.amp:
+        text += ("optimization {\n  execution_accelerators {\n    gpu_execution_accelerator"
+                 ' : [ { name : "auto_mixed_precision" } ]\n  }\n}\n')
+    text += "input [\n" + ",\n".join(inputs) + "\n]\noutput [\n" + ",\n".join(outputs) + "\n]\n"
+    if model.batching_delay_ms > 0:
+        preferred = sorted({max(1, model.max_batch_size // 2), model.max_batch_size})
+        text += (f"dynamic_batching {{\n  preferred_batch_size: [ "
+                 f"{', '.join(map(str, preferred))} ]\n  max_queue_delay_microseconds: "
+                 f"{int(model.batching_delay_ms * 1000)}\n}}\n")
+    return text + f"instance_group [\n  {{\n    count: {model.engine_count}\n  }}\n]\n"
+
+
+def write_triton_repository(saved_model_dir, model, task, max_seq_length):
+    """Lays the SavedModel out as Triton `model` (a TritonModel): its version folder and
+    config.pbtxt, each written under a temporary name and renamed. Returns the model folder."""
+    model.check_writable()
+    version_parent = os.path.dirname(model.version_folder)
+    os.makedirs(version_parent, exist_ok=True)
+    tmp = f"{model.version_folder}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(saved_model_dir, os.path.join(tmp, str(version), "model.savedmodel"))
-    with open(os.path.join(tmp, "config.pbtxt"), "w", encoding="utf-8") as writer:
-        writer.write(triton_config(model_name, task, max_seq_length))
-    shutil.rmtree(model_dir, ignore_errors=True)
-    os.replace(tmp, model_dir)
-    return model_dir
+    shutil.copytree(saved_model_dir, tmp)
+    shutil.rmtree(model.version_folder, ignore_errors=True)  # overwrite asked (checked above)
+    os.replace(tmp, model.version_folder)
+    config = os.path.join(model.folder, "config.pbtxt")
+    with open(f"{config}.tmp-{os.getpid()}", "w", encoding="utf-8") as writer:
+        writer.write(triton_config(model, task, max_seq_length))
+    os.replace(f"{config}.tmp-{os.getpid()}", config)
+    return model.folder

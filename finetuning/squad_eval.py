@@ -370,6 +370,35 @@ def _parse_args(argv):
     return parser.parse_args(argv)
 
 
+def run_eval_script(script, predict_file, predictions_file, timeout=3600):
+    """Runs an evaluation script as NVIDIA's run_squad.py runs its --eval_script (`python
+    SCRIPT predict_file predictions_file`, the official evaluate-v1.1.py/-v2.0.py interface)
+    and returns the numbers of the JSON it prints, prefixed `eval_script_`. A script that
+    fails or prints no JSON costs a warning, not the run's results: {} then."""
+    import logging
+    import subprocess
+    try:
+        done = subprocess.run([sys.executable, script, predict_file, predictions_file],
+                              capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        logging.warning("--eval_script %s did not run: %s", script, err)
+        return {}
+    output = done.stdout.strip()
+    try:
+        scores = json.loads(output[output.index("{"):]) if done.returncode == 0 else None
+    except ValueError:
+        scores = None
+    if not isinstance(scores, dict):
+        last = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        logging.warning("--eval_script %s gave no scores (%s)", script, last)
+        return {}
+    numbers = {f"eval_script_{key}": float(value) for key, value in scores.items()
+               if isinstance(value, (int, float))}
+    logging.info("--eval_script %s: %s", script, ", ".join(
+        f"{key} = {value:.4f}" for key, value in numbers.items()))
+    return numbers
+
+
 def main(argv=None):
     args = _parse_args(argv)
     try:

@@ -154,7 +154,12 @@ class SquadTask:
     def __init__(self, train_file=None, predict_file=None, max_seq_length=384, doc_stride=128,
                  max_query_length=64, n_best_size=20, max_answer_length=30,
                  version_2_with_negative=False, null_score_diff_threshold=0.0,
-                 do_lower_case=True, verbose_logging=False, seed=12345):
+                 do_lower_case=True, verbose_logging=False, seed=12345, eval_script=None,
+                 max_predict_examples=None):
+        """`eval_script`: a script run as NVIDIA's run_squad.py runs its --eval_script
+        (`python SCRIPT predict_file predictions.json`, printing JSON), whose numbers are
+        reported beside the built-in metric's; `max_predict_examples`: predict only the
+        first questions (NVIDIA's --num_eval_iterations x --predict_batch_size)."""
         self.train_file, self.predict_file = train_file, predict_file
         self.max_seq_length, self.doc_stride = max_seq_length, doc_stride
         self.max_query_length, self.n_best_size = max_query_length, n_best_size
@@ -162,19 +167,27 @@ class SquadTask:
         self.version_2_with_negative = version_2_with_negative
         self.null_score_diff_threshold = null_score_diff_threshold
         self.do_lower_case, self.verbose_logging, self.seed = do_lower_case, verbose_logging, seed
+        self.eval_script, self.max_predict_examples = eval_script, max_predict_examples
 
     @classmethod
     def from_flags(cls, flags):
+        iterations = getattr(flags, "num_eval_iterations", None)
         return cls(flags.train_file, flags.predict_file, flags.max_seq_length, flags.doc_stride,
                    flags.max_query_length, flags.n_best_size, flags.max_answer_length,
                    flags.version_2_with_negative, flags.null_score_diff_threshold,
-                   flags.do_lower_case, flags.verbose_logging, flags.seed)
+                   flags.do_lower_case, flags.verbose_logging, flags.seed,
+                   getattr(flags, "eval_script", None),
+                   iterations * flags.predict_batch_size if iterations else None)
 
     def validate_flags(self, flags):
         if flags.do_train and not flags.train_file:
             raise TaskDataError("--do_train needs --train_file")
         if flags.do_predict and not flags.predict_file:
             raise TaskDataError("--do_predict needs --predict_file")
+        if self.eval_script and not os.path.isfile(self.eval_script):
+            raise TaskDataError(f"{self.eval_script}: --eval_script: no such file")
+        if self.max_predict_examples is not None and self.max_predict_examples <= 0:
+            raise TaskDataError("--num_eval_iterations must be positive")
         if flags.max_seq_length <= flags.max_query_length + 3:
             raise TaskDataError(f"--max_seq_length={flags.max_seq_length} leaves no room for "
                                 f"the context after --max_query_length={flags.max_query_length}")
@@ -206,6 +219,7 @@ class SquadTask:
 
     def load_split(self, split, tokenizer):
         examples = _read(squad_data.read_squad_examples, self.predict_file, False)
+        examples = examples[:self.max_predict_examples]
         return examples, self.make_features(examples, tokenizer, False)
 
     def write_records(self, features, path):
@@ -264,6 +278,9 @@ class SquadTask:
             metrics["global_step"] = int(global_step)
             glue_metrics.write_eval_results(os.path.join(output_dir, "eval_results.txt"),
                                             metrics)
+        if self.eval_script:
+            metrics.update(squad_eval.run_eval_script(
+                self.eval_script, self.predict_file, os.path.join(output_dir, "predictions.json")))
         return metrics
 
 

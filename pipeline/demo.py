@@ -155,7 +155,7 @@ def run_demo(output_dir, corpus=None, phase1_steps=600, phase2_steps=40, n_proce
             eval_batch_size=EVAL_BATCH_SIZE, num_train_steps=steps,
             num_warmup_steps=max(1, steps // 10), learning_rate=lr,
             save_checkpoints_steps=max(1, steps // 2), display_loss_steps=max(1, steps // 5),
-            max_eval_steps=MAX_EVAL_STEPS, amp=True, amp_dtype="bfloat16",
+            max_eval_steps=MAX_EVAL_STEPS, amp=True, amp_dtype="bfloat16", use_xla=False,
             init_checkpoint=os.path.join(output_dir, init) if init else None,
             dllog_path=os.path.join(out, "dllog.jsonl"), lamb_layer_adaptation="all")
         results = pretrain(values)
@@ -183,7 +183,7 @@ def run_demo(output_dir, corpus=None, phase1_steps=600, phase2_steps=40, n_proce
         bert_config_file=config_file, init_checkpoint=os.path.join(output_dir, "phase_2"),
         output_dir=out, do_train=True, do_eval=True, max_seq_length=64, train_batch_size=32,
         learning_rate=5e-4, num_train_epochs=3.0, export_dir=export_dir,
-        display_loss_steps=20)
+        display_loss_steps=20, optimizer_type="adam", amp=False, use_xla=False)
     results = finetune(ClassifierTask("sst-2", task_dir, 64), values)
     dev = results["dev"]
     _done(start, f"dev accuracy {dev['eval_accuracy']:.3f} (chance 0.5); "

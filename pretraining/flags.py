@@ -3,6 +3,7 @@ names), in the help groups `--help` lists them by."""
 from absl import flags
 
 from cli.flag_groups import DISTRIBUTED, INPUT, MODEL, OUTPUT, PRECISION, TRAINING, binders
+from cli.nvidia_flags import PRETRAINING, define_ignored
 
 
 def define_flags(flag_values=flags.FLAGS):
@@ -19,8 +20,9 @@ def define_flags(flag_values=flags.FLAGS):
                         "optimizer state starts fresh. Ignored when --output_dir already "
                         "holds a checkpoint.")
     train.DEFINE_enum("optimizer_type", "lamb", ["lamb", "adam"], "NVLAMB or AdamWeightDecay.")
-    inp.DEFINE_integer("max_seq_length", 128, "Must equal the records' sequence length.")
-    inp.DEFINE_integer("max_predictions_per_seq", 20,
+    inp.DEFINE_integer("max_seq_length", 512, "Must equal the records' sequence length "
+                       "(NVIDIA's default 512; phase 1 passes 128).")
+    inp.DEFINE_integer("max_predictions_per_seq", 80,
                        "Must equal the records' prediction count (static records); the most "
                        "tokens masked per sequence (dynamic-masking records).")
     inp.DEFINE_float("masked_lm_prob", None,
@@ -50,11 +52,17 @@ def define_flags(flag_values=flags.FLAGS):
     dist.DEFINE_bool("allreduce_post_accumulation", False,
                      "One allreduce per optimizer step instead of one per micro-batch.")
     dist.DEFINE_bool("horovod", False, "Data-parallel over Horovod ranks (horovodrun -np N).")
-    speed.DEFINE_bool("amp", False,
-                      "Automatic mixed precision: --amp_dtype compute, float32 weights.")
+    speed.DEFINE_bool("amp", True,
+                      "Automatic mixed precision: --amp_dtype compute, float32 weights "
+                      "(NVIDIA's default: on; without a GPU, off unless given).")
     speed.DEFINE_enum("amp_dtype", "float16", ["float16", "bfloat16"],
                       "Compute type under --amp (float16 uses dynamic loss scaling).")
-    speed.DEFINE_bool("use_xla", False, "Compile the step with XLA.")
+    speed.DEFINE_bool("manual_fp16", False,
+                      "NVIDIA's float16 arithmetic with casts in the model instead of AMP's "
+                      "graph rewrite: what --amp --amp_dtype=float16 computes here (our AMP "
+                      "casts in the model), so it means exactly that.")
+    speed.DEFINE_bool("use_xla", True, "Compile the step with XLA (NVIDIA's default: on; "
+                      "without a GPU, off unless given).")
     speed.DEFINE_float("init_loss_scale", 2.0 ** 32,
                        "Initial dynamic loss scale (float16; NVIDIA's 2**32, halved per "
                        "overflow, doubled after 1000 good steps).")
@@ -72,6 +80,9 @@ def define_flags(flag_values=flags.FLAGS):
     plan.DEFINE_integer("dry_run_ranks", 1, "Ranks the --dry_run plan assumes (the GPUs).")
     out.DEFINE_string("dllog_path", None, "JSON-lines log of every logged step (rank 0).")
     train.DEFINE_integer("seed", 12345, "Seed of initialisation, data order and dropout.")
+    out.DEFINE_bool("verbose_logging", False, "Log every trainable variable (name and shape) "
+                    "when the graph is built (NVIDIA's flag).")
+    define_ignored(flag_values, PRETRAINING)
     speed.DEFINE_float("peak_tflops", 0.0,
                        "Peak TFLOP/s of one device for the MFU estimate (0: look up the GPU).")
     inp.DEFINE_integer("shuffle_buffer", 1000, "Record shuffle window of the input pipeline.")

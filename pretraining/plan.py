@@ -20,12 +20,20 @@ PLAN_FIELDS = ("phase", "ranks", "max_seq_length", "max_predictions_per_seq",
                "optimizer", "precision", "save_checkpoints_steps", "init_checkpoint")
 
 
-def pretraining_plan(flags, ranks):
-    """The run's plan (see PLAN_FIELDS) from parsed run_pretraining.py flags."""
+def pretraining_plan(flags, ranks, speed=None):
+    """The run's plan (see PLAN_FIELDS) from parsed run_pretraining.py flags. `speed`: the
+    run's `training.speed_defaults.Speed` (on a machine without a GPU, NVIDIA's default --amp
+    is off); a dry run plans the flags as given (--amp, --manual_fp16), for the GPUs it is
+    for."""
     ranks = int(ranks)
+    if speed is None:
+        manual = bool(getattr(flags, "manual_fp16", False))
+        amp, amp_dtype = flags.amp or manual, "float16" if manual else flags.amp_dtype
+    else:
+        amp, amp_dtype = speed.amp, speed.amp_dtype
     precision = "fp32"
-    if flags.amp:
-        precision = {"float16": "fp16", "bfloat16": "bf16"}[flags.amp_dtype]
+    if amp:
+        precision = {"float16": "fp16", "bfloat16": "bf16"}[amp_dtype]
     plan = {
         "phase": flags.phase,
         "ranks": ranks,

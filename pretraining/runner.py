@@ -42,6 +42,7 @@ from training.run_config import make_run_config
 from training.run_lock import run_lock
 from training.settings import (TrainingSettings, UsageError, gradient_compression,
                                precision_settings)
+from training.speed_defaults import resolve as resolve_speed
 
 def _peak_flops(flags_peak_tflops):
     if flags_peak_tflops > 0:
@@ -101,9 +102,12 @@ def run(flags):
 def _run(flags, workers):
     config = BertConfig.from_json_file(flags.bert_config_file)
     _validate(flags, config)
-    compute_type, loss_scale = precision_settings(flags.amp, flags.amp_dtype)
-    results = {"plan": pretraining_plan(flags, workers.size)}
+    speed = resolve_speed(flags)  # NVIDIA's --amp/--use_xla defaults on a machine without GPU
+    compute_type, loss_scale = precision_settings(speed.amp, speed.amp_dtype)
+    results = {"plan": pretraining_plan(flags, workers.size, speed)}
     if workers.is_chief:
+        for note in speed.notes:
+            logging.info("%s", note, extra=SHOW)
         log_plan(results["plan"], flags.dllog_path if flags.do_train else None)
 
     train_files = eval_files = None
@@ -139,10 +143,10 @@ def _run(flags, workers):
         loss_scale=loss_scale, init_loss_scale=flags.init_loss_scale,
         num_accumulation_steps=flags.num_accumulation_steps,
         allreduce_post_accumulation=flags.allreduce_post_accumulation,
-        allreduce_fn=workers.allreduce_fn(gradient_compression(flags.amp, flags.amp_dtype)),
+        allreduce_fn=workers.allreduce_fn(gradient_compression(speed.amp, speed.amp_dtype)),
         seed=flags.seed, rank=workers.rank, weight_decay_rate=flags.weight_decay_rate,
         lamb_layer_adaptation=flags.lamb_layer_adaptation,
-        max_consecutive_skips=flags.max_consecutive_skips)
+        max_consecutive_skips=flags.max_consecutive_skips, log_variables=flags.verbose_logging)
 
     log_hooks = []
     device_peak = _peak_flops(flags.peak_tflops)
@@ -162,7 +166,7 @@ def _run(flags, workers):
     if workers.is_chief:
         tf.io.gfile.makedirs(flags.output_dir)
     run_config = make_run_config(flags.output_dir, workers, flags.save_checkpoints_steps,
-                                 flags.keep_checkpoint_max, flags.use_xla, flags.seed)
+                                 flags.keep_checkpoint_max, speed.use_xla, flags.seed)
     estimator = tf.estimator.Estimator(make_model_fn(settings, logging_hooks), config=run_config)
 
     if flags.do_train:

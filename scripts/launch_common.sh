@@ -5,20 +5,27 @@
 ROOT=${ROOT:-"$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"}
 PYTHON="${PYTHON:-$( [ -x "$ROOT/.venv/bin/python" ] && echo "$ROOT/.venv/bin/python" || echo python3 )}"
 
-precision_flags() {  # fp16|bf16|fp32|tf32 -> PREC_FLAGS
+# fp16|bf16|fp32|tf32|manual_fp16 -> PREC_FLAGS, with the meaning NVIDIA's scripts give
+# them: fp32 and tf32 are both --noamp, which on Ampere and later GPUs still lets cuBLAS use
+# TF32 (NVIDIA's published "TF32" numbers come from it; set NVIDIA_TF32_OVERRIDE=0 yourself
+# for IEEE float32 matmuls); bf16 is ours (bfloat16 AMP, no loss scaling).
+# A second argument `finetuning` maps manual_fp16 to --noamp, as NVIDIA's run_squad.sh and
+# run_glue.sh do (their fine-tuning scripts have no --manual_fp16).
+precision_flags() {
+  [ "${2:-}" = finetuning ] && [ "$1" = manual_fp16 ] && { PREC_FLAGS="--noamp"; return; }
   case "$1" in
     fp16) PREC_FLAGS="--amp --amp_dtype=float16" ;;
     bf16) PREC_FLAGS="--amp --amp_dtype=bfloat16" ;;
-    fp32) PREC_FLAGS=""; export NVIDIA_TF32_OVERRIDE=0 ;;  # true float32: no TF32 matmuls
-    tf32) PREC_FLAGS="" ;;                                # float32 with TF32 Tensor Cores
-    *) echo "unknown precision '$1': use fp16, bf16, fp32 or tf32" >&2; exit 2 ;;
+    fp32|tf32) PREC_FLAGS="--noamp" ;;
+    manual_fp16) PREC_FLAGS="--noamp --manual_fp16" ;;
+    *) echo "unknown precision '$1': use fp16, bf16, fp32, tf32 or manual_fp16" >&2; exit 2 ;;
   esac
 }
 
-xla_flags() {  # true|false -> XLA_FLAGS_ARG
+xla_flags() {  # true|false -> XLA_FLAGS_ARG (the commands' default is NVIDIA's: on)
   case "$1" in
     true) XLA_FLAGS_ARG="--use_xla" ;;
-    false) XLA_FLAGS_ARG="" ;;
+    false) XLA_FLAGS_ARG="--nouse_xla" ;;
     *) echo "use_xla must be true or false, got '$1'" >&2; exit 2 ;;
   esac
 }

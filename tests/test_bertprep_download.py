@@ -159,8 +159,13 @@ def test_url_table_has_the_public_sources():
     assert urls["wikicorpus_zh"][0].startswith("https://dumps.wikimedia.org/zhwiki/latest/")
     assert all(u.startswith("https://storage.googleapis.com/bert_models/")
                for u in urls["google_pretrained_weights"])
-    assert all(u.startswith("https://rajpurkar.github.io/SQuAD-explorer/dataset/")
-               for u in urls["squad"])
+    assert [u for u in urls["squad"] if u.endswith(".json")] == [
+        f"https://rajpurkar.github.io/SQuAD-explorer/dataset/{name}" for name in
+        ("train-v1.1.json", "dev-v1.1.json", "train-v2.0.json", "dev-v2.0.json")]
+    evaluators = {r.dest: r.url for r in download.DATASETS["squad"] if r.dest.endswith(".py")}
+    assert sorted(evaluators) == ["squad/v1.1/evaluate-v1.1.py", "squad/v2.0/evaluate-v2.0.py"]
+    assert all(u.startswith("https://worksheets.codalab.org/rest/bundles/")
+               for u in evaluators.values())
     for task in download.GLUE_TASKS:
         assert urls[task] and all(u.startswith("https://dl.fbaipublicfiles.com/")
                                   for u in urls[task])

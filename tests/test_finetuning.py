@@ -10,6 +10,7 @@ import pytest
 
 from data_prep.vocab import train_wordpiece_vocab
 from modeling import named_config
+from triton_check import check_model
 
 
 def run_cli(script, repo_root, *args, timeout=900):
@@ -131,9 +132,11 @@ def test_classifier_train_eval_predict_export_and_serve(shared_data, tiny_model,
     assert result.returncode == 0, result.stderr[-2000:]
     assert "probabilities" in result.stdout
 
-    config = (triton / "bert_sst_2" / "config.pbtxt").read_text()
-    assert 'platform: "tensorflow_savedmodel"' in config and "dynamic_batching" in config
-    assert (triton / "bert_sst_2" / "1" / "model.savedmodel" / "saved_model.pb").exists()
+    # NVIDIA's model name and settings, and a config Triton's TensorFlow backend accepts
+    # for this SavedModel (tests/triton_check.py)
+    config = check_model(str(triton / "bert"))
+    assert (config.max_batch_size, config.instance_group[0].count) == (8, 1)
+    assert not config.HasField("dynamic_batching")  # NVIDIA's default delay 0: static
 
     # inference.py from the SavedModel and from the checkpoint agree
     text = "a gripping , beautifully made film"
@@ -170,7 +173,8 @@ def test_squad_train_predict_export_and_serve(shared_data, tiny_model, tmp_path,
                      f"--predict_file={paths['predict']}", "--max_seq_length=96",
                      "--doc_stride=48", "--max_query_length=24", "--train_batch_size=16",
                      "--num_train_epochs=1", "--learning_rate=1e-3", f"--output_dir={out}",
-                     f"--export_dir={export}")
+                     f"--export_dir={export}", "--export_triton",
+                     "--eval_script=finetuning/squad_eval.py")
     dataset = json.load(open(paths["predict"]))
     ids = {qa["id"] for a in dataset["data"] for p in a["paragraphs"] for qa in p["qas"]}
     predictions = json.loads((out / "predictions.json").read_text())
@@ -181,6 +185,34 @@ def test_squad_train_predict_export_and_serve(shared_data, tiny_model, tmp_path,
     results = dict(line.split(" = ") for line in (out / "eval_results.txt").read_text().splitlines())
     assert 0 <= float(results["f1"]) <= 100 and int(results["questions"]) == len(ids)
     assert 0 <= float(results["exact_match"]) <= 100 and int(results["global_step"]) > 0
+    # NVIDIA's --eval_script: the script's numbers beside ours (here the same metric)
+    predict_line = [line for line in stdout.splitlines() if line.startswith("predict: ")][0]
+    logged = dict(item.split(" = ") for item in predict_line[len("predict: "):].split(", "))
+    assert abs(float(logged["eval_script_f1"]) - float(results["f1"])) < 1e-3
+    assert abs(float(logged["eval_script_exact_match"]) - float(results["exact_match"])) < 1e-3
+    # NVIDIA's --export_triton: <output_dir>/triton_models/bert, a config Triton accepts
+    # (unique_ids dims [1] reshaped to [], start/end logits only)
+    config = check_model(str(out / "triton_models" / "bert"))
+    unique_ids = [t for t in config.input if t.name == "unique_ids"][0]
+    assert list(unique_ids.dims) == [1] and list(unique_ids.reshape.shape) == []
+    assert sorted(t.name for t in config.output) == ["end_logits", "start_logits"]
+    # the same model again is refused before any work, unless --triton_model_overwrite
+    again = subprocess.run(
+        [sys.executable, "run_squad.py", f"--vocab_file={tiny_model / 'vocab.txt'}",
+         f"--bert_config_file={tiny_model / 'bert_config.json'}", "--export_triton",
+         "--max_seq_length=96", f"--output_dir={out}"],
+        capture_output=True, text=True, cwd=repo_root, timeout=300)
+    assert again.returncode == 1 and again.stderr.strip().splitlines()[-1] == (
+        f"error: {out / 'triton_models' / 'bert' / '1' / 'model.savedmodel'}: a Triton model "
+        "is already there; pass --triton_model_overwrite to replace it, or another "
+        "--triton_model_name/--triton_model_version")
+    # NVIDIA's --num_eval_iterations: the first N x --predict_batch_size questions
+    run_cli("run_squad.py", repo_root, f"--vocab_file={tiny_model / 'vocab.txt'}",
+            f"--bert_config_file={tiny_model / 'bert_config.json'}", f"--init_checkpoint={out}",
+            "--do_predict", f"--predict_file={paths['predict']}", "--max_seq_length=96",
+            "--doc_stride=48", "--max_query_length=24", "--num_eval_iterations=2",
+            "--predict_batch_size=4", f"--output_dir={tmp_path / 'subset'}")
+    assert len(json.loads((tmp_path / "subset" / "predictions.json").read_text())) == 8
 
     saved_model = stdout.split("SavedModel: ")[1].split()[0]
     answer = json.loads(run_cli(
@@ -206,6 +238,36 @@ def test_squad_train_predict_export_and_serve(shared_data, tiny_model, tmp_path,
               "segment_ids": [[0] * 96], "unique_ids": [1000000000]}
     served = serve_in_fresh_process(saved_model, inputs, repo_root)
     assert served["start_logits"].shape == (1, 96) and served["unique_ids"].tolist() == [1000000000]
+
+
+def test_regression_model_exports_for_triton(shared_data, tiny_model, tmp_path, repo_root):
+    """STS-B's score is one number per example: the signature's shape is [-1], so the config
+    says dims [1] reshaped to [] (Triton refuses empty dims)."""
+    rows = open(os.path.join(shared_data, "glue", "SST-2", "dev.tsv"),
+                encoding="utf-8").read().splitlines()[1:41]
+    header = ("index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\t"
+              "sentence2\tscore\n")
+    body = "".join(f"{i}\tmain\tf\t2012\t{i}\ts\ts\t{rows[i].split(chr(9))[0]}\t"
+                   f"{rows[i + 1].split(chr(9))[0]}\t{i % 5}.0\n" for i in range(39))
+    data = tmp_path / "stsb"
+    data.mkdir()
+    (data / "train.tsv").write_text(header + body)
+    (data / "dev.tsv").write_text(header + body)
+    out = tmp_path / "out"
+    run_cli("run_classifier.py", repo_root, "--task_name=STS-B", f"--data_dir={data}",
+            f"--vocab_file={tiny_model / 'vocab.txt'}",
+            f"--bert_config_file={tiny_model / 'bert_config.json'}", "--do_train",
+            "--max_seq_length=32", "--train_batch_size=8", "--num_train_epochs=1",
+            f"--output_dir={out}", "--export_triton", "--triton_model_name=stsb",
+            "--triton_max_batch_size=16", "--triton_dyn_batching_delay=0.5",
+            "--triton_engine_count=2")
+    config = check_model(str(out / "triton_models" / "stsb"))
+    (prediction,) = config.output
+    assert prediction.name == "predictions" and list(prediction.dims) == [1]
+    assert list(prediction.reshape.shape) == []
+    assert list(config.dynamic_batching.preferred_batch_size) == [8, 16]
+    assert config.dynamic_batching.max_queue_delay_microseconds == 500
+    assert config.instance_group[0].count == 2
 
 
 def test_bad_task_input_is_one_line(tiny_model, tmp_path, repo_root):
@@ -240,7 +302,8 @@ def test_minilm_sst2_held_out_accuracy_curve(shared_data, minilm_checkpoint, tmp
     common = [f"--vocab_file={folder}/vocab.txt", f"--bert_config_file={folder}/bert_config.json",
               "--task_name=SST-2", f"--data_dir={data}", "--max_seq_length=64", "--seed=1"]
     run_cli("run_classifier.py", repo_root, *common, f"--init_checkpoint={prefix}",
-            "--do_train", "--train_batch_size=16", "--learning_rate=5e-5",
+            "--do_train", "--optimizer_type=adam", "--train_batch_size=16",
+            "--learning_rate=5e-5",
             "--num_train_epochs=3", "--save_checkpoints_steps=27", "--keep_checkpoint_max=5",
             f"--output_dir={tmp_path / 'train'}")
     curve = []

@@ -156,7 +156,9 @@ def fill_mirror(mirror, shared_data, vocab_text):
     wiki = download.DATASETS["wikicorpus_en"][0]
     mirror.files[mirror_path(wiki.url)] = synthetic_dump(header, sentences, DOCUMENTS)
     for resource in download.DATASETS["squad"]:
-        mirror.files[mirror_path(resource.url)] = b'{"version": "1.1", "data": []}'
+        mirror.files[mirror_path(resource.url)] = (
+            b'{"version": "1.1", "data": []}' if resource.dest.endswith(".json")
+            else b"print('an evaluation script')\n")
     mirror.files[mirror_path(download.DATASETS["SST-2"][0].url)] = zipped(
         {"SST-2/dev.tsv": "sentence\tlabel\nfine\t1\n"})
     mrpc_rows = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n" + "".join(

@@ -289,3 +289,38 @@ def test_accumulation_counter_restored_past_a_smaller_window_does_not_stall(mode
         np.testing.assert_allclose(state[n], reference.weights()[n], rtol=0, atol=1e-5)
     narrow.step(batches[4])
     assert narrow.step(batches[5])["global_step"] == 2  # and windows of 2 from then on
+
+
+def _horovod_fp16_average_over_8_ranks(grad):
+    """What Horovod's Average with Compression.fp16 does to a gradient on 8 ranks holding
+    the same values: cast to float16, sum the 8 in float16, divide, cast back."""
+    wire = tf.cast(grad, tf.float16)
+    total = wire * tf.constant(8.0, tf.float16)  # float16 sum of the 8 ranks' values
+    return tf.cast(total / tf.constant(8.0, tf.float16), grad.dtype)
+
+
+@pytest.mark.parametrize("post_accumulation", [True, False])
+def test_float16_allreduce_carries_the_window_mean_not_a_sum(models, post_accumulation):
+    """N = 512 micro-batches on 8 emulated ranks, gradients near float16's reach: the wire
+    carries what NVIDIA's does (the gradient of loss / N, whose window sum is the mean), so
+    the allreduce stays finite and the step applies. Allreducing the sum of 512 micro-batch
+    gradients overflowed float16 there and skipped every step."""
+    n = 512
+    batch = make_batches(1, BATCH)[0]
+    scale = 1.0
+    # A loss scale that puts the largest gradient element of one micro-batch at ~4,000: its
+    # 8-rank float16 sum is ~32,000 < 65,504, but 512 of them summed are not.
+    probe = models(num_accumulation_steps=1, loss_scale=1.0)
+    probe_norm = probe.step(batch)["global_norm"]
+    scale = 4000.0 / probe_norm
+    model = models(num_accumulation_steps=n, loss_scale=scale,
+                   allreduce_fn=_horovod_fp16_average_over_8_ranks,
+                   allreduce_post_accumulation=post_accumulation)
+    reference = models(num_accumulation_steps=n, loss_scale=scale)
+    for _ in range(n):
+        extras = model.step(batch)
+        expected = reference.step(batch)
+    assert extras["is_optimizer_step"] and extras["is_finite"], extras
+    assert extras["global_step"] == 1 and extras["skipped_steps"] == 0
+    # float16 on the wire rounds the window mean to 11 bits, no more
+    np.testing.assert_allclose(extras["global_norm"], expected["global_norm"], rtol=2e-3)

@@ -27,6 +27,7 @@ class TrainingSettings:
     weight_decay_rate: float = 0.01
     lamb_layer_adaptation: str = "all"     # all (NVIDIA) | weights (tfa, Model Garden)
     max_consecutive_skips: int = 100       # stop a run whose steps are all skipped
+    log_variables: bool = False            # --verbose_logging: every trainable variable
 
 
 def precision_settings(amp, amp_dtype):

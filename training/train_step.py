@@ -5,6 +5,7 @@ dropout masks (`stateless_dropout`) and tells a resumed run how many records to 
 together make a resumed run continue exactly where the interrupted one stopped.
 """
 import tensorflow as tf
+from absl import logging
 
 from modeling.core import stateless_dropout
 from optimization import create_train_op
@@ -46,6 +47,9 @@ def train_spec(settings, loss, micro_step, log_tensors, extra_hooks_fn=None):
     """EstimatorSpec for TRAIN: the training op (optimizer, AMP, accumulation, allreduce),
     the micro-step increment, TensorBoard scalars, and hooks from `extra_hooks_fn(tensors)`
     which receive `log_tensors` plus the step's learning rate, loss scale and counters."""
+    if settings.log_variables:
+        for variable in tf1.trainable_variables():
+            logging.info("trainable %s %s", variable.op.name, variable.shape.as_list())
     train_op, extras = create_train_op(
         loss, settings.optimizer_type, settings.learning_rate, settings.num_train_steps,
         settings.num_warmup_steps, num_accumulation_steps=settings.num_accumulation_steps,

@@ -1,0 +1,68 @@
+"""NVIDIA's defaults `--amp` and `--use_xla` (both on) on a machine without a GPU.
+
+Every flag that NVIDIA's BERT scripts share with ours takes NVIDIA's default, so their
+command lines train their recipe here. Two of those defaults are about GPUs: `--amp` means
+float16 arithmetic with loss scaling, which CPUs run slower than float32, and `--use_xla`
+compiles the step with XLA, slower than TensorFlow's own kernels on the CPUs measured here
+(XLA's CPU matmuls do not use oneDNN). A run never fails, nor slows down, because of a
+default: on a machine without a GPU each of these two, when left at its default, is turned
+off, and the run says so in one line. Given on the command line (`--amp`, `--amp_dtype`,
+`--use_xla`, or set by a caller), they are honoured everywhere.
+
+This module must not import TensorFlow: commands decide about XLA's environment flag before
+TensorFlow starts (`training.xla_env`).
+"""
+import dataclasses
+import glob
+import os
+from typing import List
+
+
+@dataclasses.dataclass(frozen=True)
+class Speed:
+    """What a run uses: AMP and its dtype, XLA; and the lines that say what changed."""
+    amp: bool
+    amp_dtype: str
+    use_xla: bool
+    notes: tuple = ()
+
+
+def gpu_visible():
+    """Whether this process can see an NVIDIA GPU, known without importing TensorFlow: a
+    device node /dev/nvidia<N> exists and CUDA_VISIBLE_DEVICES does not hide them all."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return False
+    return bool(glob.glob("/dev/nvidia[0-9]*"))
+
+
+def given(flags, name):
+    """Whether flag `name` was set on the command line or by a caller (not its default)."""
+    try:
+        return not flags[name].using_default_value
+    except (KeyError, TypeError, AttributeError):
+        return True  # a plain namespace of values: every value is a choice
+
+
+def resolve(flags, gpu=None):
+    """The run's Speed from parsed flags (`amp`, `amp_dtype`, `use_xla`) on this machine."""
+    gpu = gpu_visible() if gpu is None else gpu
+    amp, amp_dtype, use_xla = bool(flags.amp), flags.amp_dtype, bool(flags.use_xla)
+    if getattr(flags, "manual_fp16", False):  # NVIDIA's casts in the model: our AMP's way
+        return Speed(True, "float16", use_xla if gpu or given(flags, "use_xla") else False)
+    turned_off: List[str] = []
+    if not gpu:
+        if amp and not (given(flags, "amp") or given(flags, "amp_dtype")):
+            amp = False
+            turned_off.append("--amp")
+        if use_xla and not given(flags, "use_xla"):
+            use_xla = False
+            turned_off.append("--use_xla")
+    notes = ()
+    if turned_off:
+        what = {("--amp",): "in float32", ("--use_xla",): "without XLA",
+                ("--amp", "--use_xla"): "in float32 without XLA"}[tuple(turned_off)]
+        notes = (f"defaults: {' and '.join(turned_off)} (NVIDIA's defaults) are for GPUs; "
+                 f"without a GPU this run computes {what}, faster here (give "
+                 f"{' or '.join(turned_off)} on the command line to insist)",)
+    return Speed(amp, amp_dtype, use_xla, notes)
