@@ -14,6 +14,7 @@ from typing import Callable, Optional, Sequence
 from absl import app, flags
 
 from cli import console
+from cli.flag_ranges import register_ranges
 from cli.flag_groups import grouped_help
 
 HELP_ARGS = ("--help", "-h", "-?", "--helpshort")
@@ -47,6 +48,7 @@ class Command:
         argv = list(sys.argv if argv is None else argv)
         console.prepare(argv)
         self.define_flags(flags.FLAGS)
+        register_ranges(flags.FLAGS)  # every numeric flag checked as it is parsed
         if any(arg in HELP_ARGS for arg in argv[1:]):
             _print_help(grouped_help(self.doc, flags.FLAGS, self.required))
             sys.exit(0)

@@ -16,7 +16,9 @@ Errors are ``DownloadError`` (a ``DataPrepError``): one line ``<file or url>: <p
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import http.client
 import os
@@ -238,8 +240,9 @@ def _refuse_directory_listing(url: str, response) -> None:
 
 
 def _http_attempt(url: str, part: str, timeout: float, progress: Optional[bool],
-                  desc: str) -> None:
-    """One request: appends to ``part`` from its current size; raises ``_Retryable``."""
+                  desc: str) -> Optional[int]:
+    """One request: appends to ``part`` from its current size; raises ``_Retryable``.
+    Returns the file's whole length as the server gave it (None when it did not say)."""
     have = os.path.getsize(part) if os.path.exists(part) else 0
     headers = {"User-Agent": USER_AGENT}
     if have:
@@ -253,7 +256,7 @@ def _http_attempt(url: str, part: str, timeout: float, progress: Optional[bool],
             total = (e.headers.get("Content-Range") or "").rpartition("/")[2]
             e.close()
             if total.isdigit() and int(total) == have:
-                return
+                return have
             os.remove(part)  # stale partial file from another version of the resource
             raise _Retryable(f"HTTP 416 for a resume at byte {have}; restarting") from None
         e.close()
@@ -292,6 +295,7 @@ def _http_attempt(url: str, part: str, timeout: float, progress: Optional[bool],
                                  f"{type(e).__name__}") from None
         if expected is not None and received < expected:
             raise _Retryable(f"transfer cut after {have + received} of {total} bytes")
+        return total
 
 
 def fetch(url: str, dest: str, sha256: Optional[str] = None, retries: int = 5,
@@ -315,6 +319,50 @@ def fetch(url: str, dest: str, sha256: Optional[str] = None, retries: int = 5,
         os.makedirs(folder, exist_ok=True)
     except OSError as e:
         raise DownloadError(folder, f"cannot create folder: {e.strerror or e}") from None
+    with _target_lock(dest, log):
+        if os.path.exists(dest):  # another process finished it while we waited
+            _check_sha256(dest, sha256, dest, _KEPT_MISMATCH)
+            log(f"{dest}: already downloaded")
+            return dest
+        return _fetch_locked(url, dest, sha256, retries, backoff, timeout, progress, log)
+
+
+@contextlib.contextmanager
+def _target_lock(dest: str, log: Callable[[str], None]):
+    """Holds ``dest.lock`` (flock) while ``dest`` is downloaded: two downloads of one file
+    at once (two bertPrep.py runs) used to append to one ``.part`` together, and the
+    interleaved result was renamed into place as if complete. The second now waits, then
+    finds the file there. As in ``training.run_lock``, the holder removes the lock file
+    while still holding it; a waiter that then locks a removed file tries again."""
+    path = dest + ".lock"
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise DownloadError(path, f"cannot create: {e.strerror or e}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"{dest}: another process is downloading it; waiting")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:  # a filesystem without locks: as before, unlocked
+            break
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(path))
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(path)
+        os.close(fd)
+
+
+def _fetch_locked(url, dest, sha256, retries, backoff, timeout, progress, log):
     part = dest + ".part"
     desc = os.path.basename(dest)
     if not _is_remote(url):
@@ -324,7 +372,11 @@ def fetch(url: str, dest: str, sha256: Optional[str] = None, retries: int = 5,
         while True:
             before = os.path.getsize(part) if os.path.exists(part) else 0
             try:
-                _http_attempt(url, part, timeout, progress, desc)
+                total = _http_attempt(url, part, timeout, progress, desc)
+                if total is not None and os.path.getsize(part) != total:
+                    os.remove(part)  # never renamed into place: it is not the server's file
+                    raise _Retryable(f"{part} holds another length than the server's "
+                                     f"{total} bytes; restarting")
                 break
             except _Retryable as e:
                 after = os.path.getsize(part) if os.path.exists(part) else 0

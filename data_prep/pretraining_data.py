@@ -83,6 +83,7 @@ from absl import logging
 
 from data_prep import packing, record_metadata, tfrecord_writer
 from data_prep.temporaries import is_temporary, remove_stale_temporaries
+from data_prep.pause_point import pause_point
 
 # Instances built, masked, serialised and written per step (fixed: the random streams are
 # consumed per batch, so changing it changes the output of a given seed).
@@ -514,6 +515,35 @@ def truncate_plan(plan: InstancePlan, max_num_tokens: int,
                         plan.is_random_next)
 
 
+def warn_truncation(corpus: Corpus, planned: InstancePlan, truncated: InstancePlan,
+                    max_seq_length: int, most: float = 0.5):
+    """One warning line when documents lose most of their tokens to truncation.
+
+    Google's chunking cuts documents at sentence ends, so a document whose "sentences" are
+    longer than a sequence (a text without sentence breaks, one 30 MB line) becomes a few
+    instances with almost all of its tokens thrown away, which nothing else would say."""
+    if not len(planned):
+        return
+    doc_token_starts = corpus.sent_offsets[corpus.doc_offsets[:-1]]
+    # Segment A comes from the document being chunked, B from it or a random other one.
+    documents = np.searchsorted(doc_token_starts, np.concatenate(
+        [planned.a_start, planned.b_start]), side="right") - 1
+    before = np.bincount(documents, np.concatenate([planned.a_len, planned.b_len]),
+                         minlength=corpus.num_documents)
+    kept = np.bincount(documents, np.concatenate([truncated.a_len, truncated.b_len]),
+                       minlength=corpus.num_documents)
+    lossy = before > 0
+    lossy[lossy] = (before[lossy] - kept[lossy]) > most * before[lossy]
+    if lossy.any():
+        dropped = 1 - kept[lossy].sum() / before[lossy].sum()
+        total = 1 - kept.sum() / before.sum()
+        logging.warning(
+            "%d of %d documents lose most of their tokens to truncation (%.1f%% of theirs, "
+            "%.1f%% of the input's): their sentences are longer than --max_seq_length=%d "
+            "(text without sentence breaks?)", int(lossy.sum()), corpus.num_documents,
+            100 * dropped, 100 * total, max_seq_length)
+
+
 # --------------------------------------------------------------------------- instances
 
 @dataclasses.dataclass
@@ -732,9 +762,12 @@ def write_instances(corpus: Corpus, output_files: Sequence[str], vocab: VocabInf
                 writers.append(tfrecord_writer.TFRecordFileWriter(path))
             except OSError as e:
                 raise DataPrepError(path, f"cannot write output: {e.strerror or e}") from None
+        pause_point("records_opened")  # tests: killed with the temporaries just created
         t0 = time.perf_counter()
         plan = plan_instances(corpus, options, rng_order, rng_stream)
-        plan = truncate_plan(plan, options.max_seq_length - 3, rng_trunc)
+        truncated = truncate_plan(plan, options.max_seq_length - 3, rng_trunc)
+        warn_truncation(corpus, plan, truncated, options.max_seq_length)
+        plan = truncated
         plan = plan.take(rng_shuffle.permutation(len(plan)))
         t1 = time.perf_counter()
         n_out = len(writers)
@@ -742,6 +775,7 @@ def write_instances(corpus: Corpus, output_files: Sequence[str], vocab: VocabInf
         if options.masking == "dynamic":
             from data_prep.unmasked_instances import build_unmasked_instances as build
         for start in range(0, len(plan), BATCH_SIZE):
+            pause_point("records_batch")  # tests: killed after start / BATCH_SIZE batches
             part = plan.take(slice(start, start + BATCH_SIZE))
             batch = build(corpus, part, vocab, options, rng_mask)
             if start == 0 and log_instances:

@@ -46,6 +46,7 @@ import subprocess
 import tempfile
 from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
 
+from data_prep.pause_point import pause_point
 from data_prep.pretraining_data import DataPrepError
 from data_prep.tethered_child import tethered_command, tethered_env
 
@@ -227,6 +228,7 @@ def _plain_copy_with_siteinfo(path: str, folder: str, add_siteinfo: bool) -> str
                 out.write(_MINIMAL_SITEINFO)
                 out.write(first)
         shutil.copyfileobj(src, out, 1 << 20)
+    pause_point("wiki_scratch_copy")  # tests: killed while the copy is there
     return tmp
 
 

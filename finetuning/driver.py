@@ -25,7 +25,7 @@ from training.hooks import StepLoggingHook
 from training.records import TrainingInput, record_input_fn
 from training.run_config import make_run_config
 from training.run_lock import run_lock
-from training.resume import checkpoint_value, train_resuming
+from training.resume import checkpoint_value, exit_status, train_resuming
 from training.settings import (TrainingSettings, UsageError, gradient_compression,
                                peak_learning_rate, precision_settings)
 from training.speed_defaults import resolve as resolve_speed
@@ -103,6 +103,9 @@ def _run(task, flags, workers):
     if flags.do_train:
         train_file = os.path.join(flags.output_dir, "train.tf_record")
         num_examples = task.write_train_records(tokenizer, train_file)
+        if num_examples < workers.size:  # a rank without records would wait forever
+            raise TaskDataError(f"{num_examples} training example(s) for {workers.size} "
+                                "ranks: every rank needs at least one")
         num_train_steps, num_warmup_steps = training_schedule(num_examples, flags, workers.size)
         logging.info("fine-tuning %s on %d examples: %d steps (%d warm-up)", task.name,
                      num_examples, num_train_steps, num_warmup_steps, extra=SHOW)
@@ -116,6 +119,7 @@ def _run(task, flags, workers):
         triton.check_writable()  # before training, not after it
     compute_type, loss_scale = precision_settings(speed.amp, speed.amp_dtype)
     settings = TrainingSettings(
+        model_dir=flags.output_dir,
         bert_config=config, learning_rate=peak_learning_rate(flags.learning_rate, workers.size),
         num_train_steps=num_train_steps,
         num_warmup_steps=num_warmup_steps, optimizer_type=flags.optimizer_type,
@@ -153,6 +157,7 @@ def _run(task, flags, workers):
             results["train"] = log_hooks[-1].summary() if log_hooks else {}
             if preemption.received is not None:
                 results["preempted"] = True
+                results["exit_status"] = exit_status(preemption)
                 return results
     if not workers.is_chief:
         return results
@@ -204,4 +209,4 @@ def main(task_factory, flags):
                                            f"{k} = {v}" for k, v in results[split].items()))
     if "saved_model" in results:
         print(f"SavedModel: {results['saved_model']}")
-    return 0
+    return results.get("exit_status", 0)

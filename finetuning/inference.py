@@ -5,15 +5,17 @@ into answers, so serving and evaluation can never disagree on pre- or post-proce
 """
 import collections
 import json
+import os
 
 import numpy as np
 import tensorflow as tf
+from google.protobuf.message import DecodeError
 
 from finetuning import glue_data, squad_data, squad_postprocess
 from finetuning.export import SEQUENCE_INPUTS, read_export_metadata
 from finetuning.model_fn import make_model_fn
 from finetuning.tasks import ClassifierTask, SquadTask
-from modeling.checkpoints import resolve_checkpoint
+from modeling.checkpoints import CheckpointError, check_not_damaged, resolve_checkpoint
 from training.settings import TrainingSettings
 
 tf1 = tf.compat.v1
@@ -36,7 +38,14 @@ class SavedModelRunner:
     """Calls the `serving_default` signature of an exported SavedModel."""
 
     def __init__(self, path):
-        self._signature = tf.saved_model.load(path).signatures["serving_default"]
+        variables = os.path.join(path, "variables", "variables")
+        if tf.io.gfile.exists(variables + ".index"):
+            check_not_damaged(variables)
+        try:
+            self._signature = tf.saved_model.load(path).signatures["serving_default"]
+        except (tf.errors.OpError, OSError, ValueError, DecodeError) as err:
+            raise CheckpointError(f"{path}: damaged or not a SavedModel "
+                                  f"({err.__class__.__name__})") from None
 
     def __call__(self, inputs):
         outputs = self._signature(**{k: tf.constant(v, tf.int32) for k, v in inputs.items()})
@@ -58,7 +67,9 @@ class CheckpointRunner:
                                                  tf.estimator.ModeKeys.PREDICT)
             self._outputs = spec.predictions
             self._session = tf1.Session(graph=self._graph)
-            tf1.train.Saver().restore(self._session, resolve_checkpoint(checkpoint))
+            prefix = resolve_checkpoint(checkpoint)
+            check_not_damaged(prefix)
+            tf1.train.Saver().restore(self._session, prefix)
 
     def __call__(self, inputs):
         return self._session.run(self._outputs,

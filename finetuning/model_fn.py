@@ -10,7 +10,7 @@ from contextlib import nullcontext
 import tensorflow as tf
 
 from modeling import BertModel
-from modeling.checkpoints import init_from_checkpoint
+from modeling.checkpoints import init_from_checkpoint, refuse_other_model
 from training.train_step import micro_step_variable, seeded_dropout, train_spec
 
 tf1 = tf.compat.v1
@@ -32,6 +32,8 @@ def make_model_fn(task, settings, extra_hooks_fn=None):
         if settings.init_checkpoint:
             init_from_checkpoint(settings.init_checkpoint)
 
+        if not is_training:
+            refuse_other_model(settings.model_dir, tf1.global_variables(), "this model")
         if mode == tf.estimator.ModeKeys.PREDICT:
             serving = task.serving_outputs(outputs, features)
             return tf.estimator.EstimatorSpec(

@@ -71,6 +71,9 @@ class ClassifierTask:
 
     def write_train_records(self, tokenizer, path):
         examples = _read(self.processor.get_train_examples, self.data_dir)
+        if not examples:
+            raise TaskDataError(f"{os.path.join(self.data_dir, 'train.tsv')}: no training "
+                                "examples (a header alone?)")
         self.write_records(self.make_features(examples, tokenizer), path)
         return len(examples)
 
@@ -210,6 +213,10 @@ class SquadTask:
 
     def write_train_records(self, tokenizer, path):
         examples = _read(squad_data.read_squad_examples, self.train_file, True)
+        if not examples:
+            raise TaskDataError(f"{self.train_file}: no training examples (every question "
+                                "skipped: an empty file, or answers whose answer_start does "
+                                "not point at their text)")
         # Articles come in order; shuffle the questions once (seeded), as Google does, so the
         # pipeline's small shuffle window does not see one article at a time.
         order = np.random.default_rng(self.seed).permutation(len(examples))

@@ -10,6 +10,7 @@ mismatch with a message naming the checkpoint and the variable instead of Tensor
 import os
 import re
 
+import numpy as np
 import tensorflow as tf
 from absl import logging
 
@@ -60,12 +61,39 @@ def resolve_checkpoint(path):
 
 
 def checkpoint_variables(path):
-    """{name: shape} of a checkpoint's variables."""
+    """{name: shape} of a checkpoint's variables, after `check_not_damaged`."""
     prefix = resolve_checkpoint(path)
+    return check_not_damaged(prefix)
+
+
+def check_not_damaged(prefix):
+    """Raises CheckpointError naming the file when the checkpoint `prefix` is damaged: an
+    unreadable index, a data shard missing, or data shards shorter than the variables the
+    index lists (a truncated copy). Returns {name: shape}.
+
+    Restoring such a checkpoint fails deep inside TensorFlow (DataLossError, "Read fewer
+    bytes than requested") in a traceback of a hundred lines, after the graph is built; this
+    reads only the index and the files' sizes."""
+    index = prefix + ".index"
     try:
-        return dict(tf1.train.list_variables(prefix))
+        reader = tf1.train.load_checkpoint(prefix)
+        shapes = reader.get_variable_to_shape_map()
+        dtypes = reader.get_variable_to_dtype_map()
     except (tf.errors.OpError, ValueError) as err:
-        raise CheckpointError(f"{prefix}: unreadable checkpoint: {err.__class__.__name__}") from None
+        raise CheckpointError(f"{index}: damaged or not a checkpoint index "
+                              f"({err.__class__.__name__})") from None
+    shards = sorted(tf.io.gfile.glob(prefix + ".data-*-of-*"))
+    expected = int(shards[0].rsplit("-of-", 1)[1]) if shards else 1
+    if len(shards) != expected:
+        raise CheckpointError(f"{prefix}.data-*: damaged checkpoint: {len(shards)} of its "
+                              f"{expected} data files are there")
+    needed = sum(int(np.prod(shapes[name], dtype=np.int64)) * dtypes[name].size
+                 for name in shapes if dtypes[name] != tf.string)
+    present = sum(tf.io.gfile.stat(path).length for path in shards)
+    if present < needed:
+        raise CheckpointError(f"{shards[-1]}: damaged checkpoint (truncated?): its data files "
+                              f"hold {present} bytes, its variables need {needed}")
+    return {name: list(shape) for name, shape in shapes.items()}
 
 
 def _variable_name(variable):
@@ -114,3 +142,37 @@ def init_from_checkpoint(init_checkpoint, tvars=None, log=True):
         for name in fresh:
             logging.info("  fresh          %s", name)
     return initialised, fresh
+
+
+def refuse_other_model(model_dir, variables, what_runs="this run"):
+    """Raises CheckpointError when `model_dir`'s latest checkpoint is not one of this graph's.
+
+    A run in a folder that already holds checkpoints resumes from them; if the model changed
+    in between (another `--bert_config_file`, optimizer, accumulation), TensorFlow either
+    restores the variables the two graphs share and trains on, so that the next save
+    replaces the old model with the new one (fewer layers: no error at all), or fails in a
+    long traceback after writing the new graph. Called while the graph is built, before the
+    session starts and before anything is saved: every variable of `variables` must be in
+    the checkpoint with its shape, and every model weight of the checkpoint in the graph.
+    Run state the new graph does not use (a loss scale, accumulation buffers) is ignored.
+    """
+    latest = tf1.train.latest_checkpoint(model_dir) if model_dir else None
+    if latest is None:
+        return
+    saved = checkpoint_variables(latest)
+    graph = {_variable_name(variable): variable.shape.as_list() for variable in variables}
+    problems = []
+    for name, shape in sorted(graph.items()):
+        if name not in saved:
+            problems.append(f"{name} is not in the checkpoint")
+        elif list(saved[name]) != shape:
+            problems.append(f"{name} has shape {list(saved[name])} in the checkpoint, "
+                            f"{shape} in {what_runs}")
+    problems += [f"{name} is in the checkpoint, not in {what_runs}"
+                 for name in sorted(saved) if is_model_variable(name) and name not in graph]
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise CheckpointError(
+            f"{model_dir}: holds {os.path.basename(latest)} of another model or training "
+            f"setup: {problems[0]}{more}; refusing to resume from it or overwrite it (use the "
+            f"config and flags it was trained with, or another output folder)")

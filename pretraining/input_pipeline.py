@@ -102,6 +102,18 @@ def check_file_sharding(files, ranks):
             f"{ranks})")
 
 
+def check_rank_records(files, record_counts, ranks):
+    """Refuses (InputError naming the files) a rank whose files are all empty: it would read
+    nothing and the others would wait for it in their first allreduce, forever, since the
+    training stream repeats (an empty stream repeats without end)."""
+    for rank in range(ranks):
+        counts = record_counts[rank::ranks]
+        if counts and all(count == 0 for count in counts):
+            names = ", ".join(files[rank::ranks][:3])
+            raise InputError(f"{names}: empty, and rank {rank} of {ranks} reads nothing else: "
+                             "remove the empty file(s) or re-shard")
+
+
 def reading_spec(max_seq_length, max_predictions_per_seq, dynamic, sequences_per_row=0):
     """The parsing spec of records of one kind (`dynamic`: unmasked records), packed
     `sequences_per_row` a row when not 0."""

@@ -10,7 +10,7 @@ from contextlib import nullcontext
 import tensorflow as tf
 
 from modeling import BertModel, PackedRows, masked_lm_output, next_sentence_output
-from modeling.checkpoints import init_from_checkpoint
+from modeling.checkpoints import init_from_checkpoint, refuse_other_model
 from training.hooks import INSTANCES, REAL_TOKENS
 from training.train_step import micro_step_variable, seeded_dropout, train_spec
 
@@ -92,6 +92,7 @@ def make_model_fn(settings, extra_hooks_fn=None):
             init_from_checkpoint(settings.init_checkpoint)
 
         if mode == tf.estimator.ModeKeys.EVAL:
+            refuse_other_model(settings.model_dir, tf1.global_variables(), "this evaluation")
             return tf.estimator.EstimatorSpec(
                 mode, loss=outputs["total_loss"],
                 eval_metric_ops=eval_metrics(outputs, features))

@@ -123,7 +123,7 @@ def check_input_files(files, max_seq_length, max_predictions_per_seq, config, dy
     """Checks every file (see the module docstring); raises InputError naming the first bad
     one. `dynamic_flags`: `record_kinds.given_dynamic_flags`, refused with static records.
     Returns (the RecordFacts every file shares: kind and packing, each file's record count
-    from its metadata or None where there is none)."""
+    from its metadata, 0 for an empty file, None where it is not known)."""
     with ThreadPoolExecutor(min(THREADS, len(files))) as pool:
         results = list(pool.map(lambda path: _check_file(path, max_seq_length,
                                                          max_predictions_per_seq, config),
@@ -135,4 +135,5 @@ def check_input_files(files, max_seq_length, max_predictions_per_seq, config, dy
                                       config.vocab_size, dynamic_flags)
     metadata = [meta for meta, _ in results]
     _check_consistent(files, metadata)
-    return shared, [meta["records"] if meta else None for meta in metadata]
+    return shared, [meta["records"] if meta else (None if fact is not None else 0)
+                    for meta, (_, fact) in zip(metadata, results)]

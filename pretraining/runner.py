@@ -25,8 +25,9 @@ from cli.console import SHOW
 from modeling import BertConfig, ConfigError
 from modeling.checkpoints import CheckpointError
 from pretraining.dynamic_masking import DynamicMasking
-from pretraining.input_pipeline import (InputError, list_input_files, make_input_fn,
-                                        reading_spec, training_input, value_ranges)
+from pretraining.input_pipeline import (InputError, check_rank_records, list_input_files,
+                                        make_input_fn, reading_spec, training_input,
+                                        value_ranges)
 from pretraining.model_fn import make_model_fn
 from pretraining.plan import plan_line, pretraining_plan
 from pretraining.record_checks import check_input_files
@@ -37,7 +38,7 @@ from training.failures import explained_failures
 from training.flops import peak_tflops_for_device, training_flops_per_sequence
 from training.hooks import StepLoggingHook, WeightsFingerprintHook
 from training.record_guard import BadRecordLimitHook
-from training.resume import train_resuming
+from training.resume import exit_status, train_resuming
 from training.run_config import make_run_config
 from training.run_lock import run_lock
 from training.settings import (TrainingSettings, UsageError, gradient_compression,
@@ -119,6 +120,7 @@ def _run(flags, workers):
         train_records, record_counts = check_input_files(
             train_files, flags.max_seq_length, flags.max_predictions_per_seq, config,
             dynamic_flags)
+        check_rank_records(train_files, record_counts, workers.size)
         train_input = training_input(
             train_files, flags.train_batch_size, flags.max_seq_length,
             flags.max_predictions_per_seq, flags.seed, workers.size, workers.rank,
@@ -136,6 +138,7 @@ def _run(flags, workers):
                                             () if flags.do_train else dynamic_flags)
 
     settings = TrainingSettings(
+        model_dir=flags.output_dir,
         bert_config=config, learning_rate=results["plan"]["peak_learning_rate"],
         num_train_steps=flags.num_train_steps, num_warmup_steps=flags.num_warmup_steps,
         optimizer_type=flags.optimizer_type,
@@ -184,6 +187,7 @@ def _run(flags, workers):
             if bad_records is not None:
                 results.setdefault("train", {})["bad_records_skipped"] = bad_records.total
             results["preempted"] = preemption.received is not None
+            results["exit_status"] = exit_status(preemption)
             if preemption.received is not None:
                 return results
 
@@ -207,8 +211,8 @@ def _run(flags, workers):
 def main(flags):
     """Entry point for run_pretraining.py: one-line errors, exit codes."""
     try:
-        run(flags)
+        results = run(flags)
     except (UsageError, ConfigError, CheckpointError, InputError, RuntimeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    return 0
+    return results.get("exit_status", 0)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -22,7 +23,7 @@ class FixtureServer:
 
     ``faults[path]`` is a list consumed one entry per request: ``("status", 503)`` answers
     with that status; ``("cut", n)`` sends the headers of a full answer, then only ``n`` bytes
-    of the body, then closes the connection.  ``log`` records ``(path, range header, status)``.
+    of the body, then closes the connection; ``("slow", s)`` sends the body over s seconds.  ``log`` records ``(path, range header, status)``.
     """
 
     def __init__(self):
@@ -66,6 +67,13 @@ class FixtureServer:
                     self.send_header("Content-Range",
                                      f"bytes {start}-{len(data) - 1}/{len(data)}")
                 self.end_headers()
+                if fault and fault[0] == "slow":  # the body in 10 pieces over n seconds
+                    step = max(1, len(body) // 10)
+                    for offset in range(0, len(body), step):
+                        self.wfile.write(body[offset:offset + step])
+                        self.wfile.flush()
+                        time.sleep(fault[1] / 10)
+                    return
                 if fault and fault[0] == "cut":
                     self.wfile.write(body[:fault[1]])
                     self.wfile.flush()

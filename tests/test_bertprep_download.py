@@ -200,3 +200,43 @@ def test_mrpc_is_split_into_glue_files(tmp_path):
         header.strip("\n"), "0\t21\t22\tIt rained.\tThe sun shone."]
     assert (tmp_path / "test.tsv").read_text().splitlines() == [
         "index\t#1 ID\t#2 ID\t#1 String\t#2 String", "0\t41\t42\tGood day.\tNice day."]
+
+
+@pytest.mark.faults
+def test_two_downloads_of_one_file_at_once_make_one_whole_file(server, tmp_path):
+    """Two bertPrep.py downloads over one file used to append to one .part together (3.1 MB
+    for a 1.7 MB file, renamed into place, reported downloaded). The second waits for the
+    first's lock and then finds the file whole; the server is asked once."""
+    import threading
+    server.faults["/data.bin"] = [("slow", 2.0)]
+    dest = str(tmp_path / "data.bin")
+    messages, errors = [], []
+
+    def download_once():
+        try:
+            download.fetch(server.url("/data.bin"), dest, sha256=None, progress=False,
+                           log=messages.append, timeout=10)
+        except Exception as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=download_once) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors
+    assert open(dest, "rb").read() == PAYLOAD
+    assert os.listdir(tmp_path) == ["data.bin"]  # no .part, no .lock left
+    assert [entry[2] for entry in server.log] == [200]
+    assert any("another process is downloading it; waiting" in m for m in messages)
+    assert sum(m.endswith("already downloaded") for m in messages) == 1
+
+
+def test_a_part_file_longer_than_the_servers_file_is_never_called_complete(server, tmp_path):
+    """A .part that is not a prefix of the file (here: longer than the whole file, as two
+    writers left it) is restarted, not renamed into place."""
+    dest = str(tmp_path / "data.bin")
+    with open(dest + ".part", "wb") as part:
+        part.write(PAYLOAD + PAYLOAD[:1000])
+    fetch(server.url("/data.bin"), dest, retries=2)
+    assert open(dest, "rb").read() == PAYLOAD

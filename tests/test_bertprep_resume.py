@@ -65,17 +65,16 @@ def test_three_kills_resume_with_only_unfinished_shards(shared_data, minilm_voca
     env = dict(os.environ, PYTHONPATH=REPO)
     total = N_TRAIN + N_TEST
 
-    def writing_after(count):
-        def ready():
-            names = list(_names(folder))
-            return (len([n for n in names if n.endswith(".tfrecord")]) >= count
-                    and any(".tfrecord.tmp-" in n for n in names))
-        return ready
-
     kept = {}
     for count in seeded_moments("create_tfrecord_files", list(range(total - 1))):
-        log = kill_when(command(wd, minilm_vocab, 1), writing_after(count),
-                        tmp_path / f"killed-after-{count}.log", env=env)
+        # One process writes the shards in turn (skipping the complete ones) and waits
+        # (data_prep.pause_point) with a shard's temporaries just created and `count` shards
+        # complete: killed there.
+        marker = tmp_path / f"paused-after-{count}"
+        paused = dict(env, BERT_PAUSE_AT=f"records_opened:{count + 1 - len(kept)}",
+                      BERT_PAUSE_MARKER=str(marker))
+        log = kill_when(command(wd, minilm_vocab, 1), marker.exists,
+                        tmp_path / f"killed-after-{count}.log", env=paused)
         assert set(re.findall(r"skip (\S+) \(complete\)", log)) == {
             n[:-len(".tfrecord")] for n in kept}, log
         kept = _complete(folder)

@@ -2,11 +2,14 @@
 predict, export, serve), and with real weights (all-MiniLM-L6-v2) against set targets."""
 import json
 import os
+import pathlib
+import shutil
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from data_prep.vocab import train_wordpiece_vocab
 from modeling import named_config
@@ -151,6 +154,39 @@ def test_classifier_train_eval_predict_export_and_serve(shared_data, tiny_model,
     for label, p in from_saved["probabilities"].items():
         assert abs(p - from_ckpt["probabilities"][label]) < 1e-5
 
+    # the fine-tuned folder with another config: refused in one line, checkpoint untouched
+    before = {p.name: p.read_bytes() for p in out.glob("model.ckpt-*")}
+    other_config = tmp_path / "other_config.json"
+    named_config("tiny").replace(
+        vocab_size=json.loads((tiny_model / "bert_config.json").read_text())["vocab_size"],
+        num_hidden_layers=1).to_json_file(str(other_config))
+    last = _refused(repo_root, "run_classifier.py", "--task_name=SST-2", f"--data_dir={data}",
+                    f"--vocab_file={tiny_model / 'vocab.txt'}",
+                    f"--bert_config_file={other_config}", "--do_train", "--do_eval",
+                    "--max_seq_length=32", "--train_batch_size=16", "--num_train_epochs=2",
+                    f"--output_dir={out}")
+    assert "of another model" in last and "layer_1" in last, last
+    assert {p.name: p.read_bytes() for p in out.glob("model.ckpt-*")} == before
+
+    # a damaged copy (truncated variables data; truncated checkpoint index) is named in one
+    # line by inference.py, not a 120-line traceback
+    damaged = tmp_path / "damaged_saved_model"
+    shutil.copytree(saved_model, damaged)
+    data_file = damaged / "variables" / "variables.data-00000-of-00001"
+    data_file.write_bytes(data_file.read_bytes()[:1000])
+    last = _refused(repo_root, "inference.py", f"--saved_model={damaged}", f"--text={text}")
+    assert last.startswith(f"error: {data_file}: damaged checkpoint (truncated?)")
+    damaged_ckpt = tmp_path / "damaged_ckpt"
+    shutil.copytree(out, damaged_ckpt, ignore=shutil.ignore_patterns("*.tf_record"))
+    prefix = tf.train.latest_checkpoint(str(damaged_ckpt))
+    index = pathlib.Path(prefix + ".index")
+    index.write_bytes(index.read_bytes()[:len(index.read_bytes()) // 2])
+    last = _refused(repo_root, "inference.py", f"--init_checkpoint={damaged_ckpt}",
+                    f"--bert_config_file={tiny_model / 'bert_config.json'}",
+                    f"--vocab_file={tiny_model / 'vocab.txt'}", "--task_name=sst-2",
+                    "--max_seq_length=32", f"--text={text}")
+    assert last.startswith(f"error: {index}: damaged or not a checkpoint index")
+
     # scripts/run_glue.sh with NVIDIA's positional arguments, from the fine-tuned checkpoint
     glue_dir = tmp_path / "glue"
     glue_dir.mkdir()
@@ -288,6 +324,49 @@ def test_bad_task_input_is_one_line(tiny_model, tmp_path, repo_root):
          f"--output_dir={tmp_path / 'out'}"], capture_output=True, text=True, cwd=repo_root,
         timeout=300)
     assert result.returncode == 1 and "error: --task_name:" in result.stderr
+
+
+def _refused(repo_root, script, *args):
+    result = subprocess.run([sys.executable, script, *args], capture_output=True, text=True,
+                            cwd=repo_root, timeout=120)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    return result.stderr.strip().splitlines()[-1]
+
+
+def test_zero_training_examples_are_refused_in_one_line(tiny_model, tmp_path, repo_root):
+    """A GLUE train.tsv with only its header, or SQuAD whose every answer_start misses its
+    text: refused before training (both used to print "0 examples: 1 steps" and then spin
+    at full CPU, deaf to SIGTERM and SIGINT)."""
+    model = [f"--vocab_file={tiny_model / 'vocab.txt'}",
+             f"--bert_config_file={tiny_model / 'bert_config.json'}", "--do_train"]
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\n")
+    last = _refused(repo_root, "run_classifier.py", "--task_name=SST-2",
+                    f"--data_dir={tmp_path}", f"--output_dir={tmp_path / 'glue'}", *model)
+    assert last == f"error: {tmp_path}/train.tsv: no training examples (a header alone?)"
+    squad = {"version": "1.1", "data": [{"title": "t", "paragraphs": [{
+        "context": "The cat sat on the mat.",
+        "qas": [{"id": "q1", "question": "Where did the cat sit?",
+                 "answers": [{"text": "on the mat", "answer_start": 2}]}]}]}]}
+    (tmp_path / "train.json").write_text(json.dumps(squad))
+    last = _refused(repo_root, "run_squad.py", f"--train_file={tmp_path / 'train.json'}",
+                    f"--output_dir={tmp_path / 'squad'}", *model)
+    assert last.startswith(f"error: {tmp_path / 'train.json'}: no training examples")
+    assert not list(tmp_path.glob("*/model.ckpt-*"))
+
+
+def test_an_output_dir_that_is_a_file_or_unwritable_is_one_line(tiny_model, tmp_path,
+                                                               repo_root):
+    model = [f"--vocab_file={tiny_model / 'vocab.txt'}", "--task_name=SST-2",
+             f"--bert_config_file={tiny_model / 'bert_config.json'}", "--do_train",
+             f"--data_dir={tmp_path}"]
+    (tmp_path / "train.tsv").write_text("sentence\tlabel\nfine movie\t1\n")
+    a_file = tmp_path / "a_file"
+    a_file.write_text("mine")
+    last = _refused(repo_root, "run_classifier.py", f"--output_dir={a_file}", *model)
+    assert last.startswith(f"error: {a_file}: is a file, not a folder")
+    assert a_file.read_text() == "mine"
+    last = _refused(repo_root, "run_classifier.py", f"--output_dir={a_file / 'sub'}", *model)
+    assert last.startswith(f"error: {a_file / 'sub'}: cannot create the output folder")
 
 
 @pytest.mark.oracle

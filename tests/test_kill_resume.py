@@ -3,6 +3,7 @@ rerun: the data is byte-identical to an uninterrupted run's and no part of a fil
 whole; the fine-tuned weights equal an uninterrupted run's, bit for bit. (run_pretraining.py:
 tests/test_resume_position.py; bertPrep.py create_tfrecord_files:
 tests/test_bertprep_resume.py.)"""
+import os
 import re
 import subprocess
 import sys
@@ -58,26 +59,19 @@ def test_create_pretraining_data_killed_three_times_rewrites_identical_bytes(tmp
     total = sum((reference / name).stat().st_size for name in expected)
     out = tmp_path / "out"
 
-    def size_or_zero(path):
-        try:
-            return path.stat().st_size
-        except FileNotFoundError:   # renamed into place between the listing and the stat
-            return 0
-
-    def written_at_least(size):
-        def ready():
-            temporaries = [p for p in out.iterdir() if ".tmp-" in p.name]
-            return bool(temporaries) and sum(map(size_or_zero, temporaries)) >= size
-        return ready
-
-    # up to 70% of the bytes: the last batch (~15%) is still to be built when the kill lands
-    for size in seeded_moments("create_pretraining_data", [0] + [total * k // 20
-                                                                 for k in range(1, 15)]):
-        kill_when(args(out), written_at_least(size), tmp_path / f"killed-at-{size}.log",
-                  cwd=repo_root)
+    # The run waits at the chosen moment (data_prep.pause_point) to be killed there: with
+    # its temporaries just created, or before write batch k of 7 (k - 1 written).
+    moments = ["records_opened"] + [f"records_batch:{k}" for k in range(2, 8)]
+    for moment in seeded_moments("create_pretraining_data", moments):
+        marker = tmp_path / f"paused-{moment.replace(':', '-')}"
+        env = dict(os.environ, BERT_PAUSE_AT=moment, BERT_PAUSE_MARKER=str(marker))
+        kill_when(args(out), marker.exists, tmp_path / f"killed-at-{marker.name}.log",
+                  cwd=repo_root, env=env)
+        temporaries = [name for name in file_digests(out) if ".tmp-" in name]
+        assert temporaries, f"nothing in progress at {moment}"
         for name, digest in file_digests(out).items():
             assert re.fullmatch(r"[ab]\.tfrecord\.tmp-\d+", name) or digest == expected[name], \
-                f"{name} after a kill at {size} of {total} bytes"
+                f"{name} after a kill at {moment} ({total} bytes in all)"
     rerun = subprocess.run(args(out), cwd=repo_root, capture_output=True, text=True,
                            timeout=300)
     assert rerun.returncode == 0, rerun.stderr[-2000:]

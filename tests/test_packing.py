@@ -386,3 +386,31 @@ def test_two_horovod_ranks_train_packed_records_with_amp_xla_and_accumulation(wr
     state = checkpoint_tensors(tf.train.latest_checkpoint(str(tmp_path / "hvd")))
     assert state["global_step"] == 2 and state["micro_step"] == 4
     assert all(np.all(np.isfinite(v)) for v in state.values() if v.dtype.kind == "f")
+
+
+def test_skipped_steps_hold_the_progress_line_and_its_eta(monkeypatch):
+    """A float16 step skipped (global_step held) is not a step done: no new record, and the
+    console line says the step is held with an ETA that does not count down (it used to
+    repeat `step N/total` with an ETA falling every window)."""
+    from training import hooks
+    clock = _Clock()
+    monkeypatch.setattr(hooks.time, "time", clock)
+    hook = hooks.StepLoggingHook({}, 1, 8, warmup_logs=0, is_chief=True, total_steps=10)
+    shown = []
+    hook.begin()
+    hook._progress = types.SimpleNamespace(show=shown.append, close=lambda: None)
+    for step, skipped in ((1, 0), (2, 0), (2, 1), (2, 2), (2, 3), (3, 3)):
+        hook.before_run(None)
+        clock.now += 1.0
+        hook.after_run(None, types.SimpleNamespace(results=dict(
+            global_step=step, is_optimizer_step=True, total_loss=1.0, skipped_steps=skipped,
+            loss_scale=2.0 ** (10 - skipped))))
+    assert [record["step"] for record in hook.records] == [1, 2, 3]
+    held = shown[2:5]
+    assert all(text.startswith("step 2/10  held: ") for text in held), shown
+    assert held[2] == "step 2/10  held: 3 steps skipped (loss scale 128)  ETA 0:00:08"
+    assert len({text.rsplit("ETA", 1)[1] for text in held}) == 1
+    # the next real step: its record covers the held windows too (32 rows in 4 s), and the
+    # ETA after it takes the 4 s as that step's cost (6 s for 3 steps done: 2 s a step)
+    assert hook.records[2]["sequences_per_second"] == 32 / 4.0
+    assert shown[5].endswith("ETA 0:00:14")

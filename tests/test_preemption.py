@@ -1,7 +1,8 @@
 """Preemption on a cluster: SIGTERM to our launcher (scripts/launch_common.sh `launch`) or
 to the Slurm batch script (scripts/run.sub) makes both Horovod ranks stop at the same
-accumulation boundary, rank 0 checkpoint, every rank exit 0; rerunning the same command
-resumes to weights identical to an uninterrupted run."""
+accumulation boundary, rank 0 checkpoint, every rank exit 0 under the launcher (143 when run
+alone) and the launcher 143; rerunning the same command resumes to weights identical to an
+uninterrupted run."""
 import os
 import queue
 import re

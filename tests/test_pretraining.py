@@ -122,7 +122,9 @@ def test_command_line_errors_are_one_line(data, tmp_path, repo_root):
 
 
 @pytest.mark.faults
-def test_sigterm_saves_a_checkpoint_and_exits_zero(data, tmp_path, repo_root):
+def test_sigterm_saves_a_checkpoint_and_exits_143(data, tmp_path, repo_root):
+    """Stopped by a signal, the run saves and exits 128 + the signal, so that
+    `run_pretraining.py && next-step` does not go on (it used to exit 0)."""
     output = tmp_path / "run"
     args = command_line(data, output, num_train_steps=100000, save_checkpoints_steps=100000,
                         display_loss_steps=1)
@@ -137,7 +139,7 @@ def test_sigterm_saves_a_checkpoint_and_exits_zero(data, tmp_path, repo_root):
         assert time.time() < deadline
     process.send_signal(signal.SIGTERM)
     _, rest = process.communicate(timeout=120)
-    assert process.returncode == 0, rest[-2000:]
+    assert process.returncode == 128 + signal.SIGTERM, rest[-2000:]
     assert "preempted: saved" in rest
     latest = tf.train.latest_checkpoint(str(output))
     step = int(latest.rsplit("-", 1)[1])
@@ -197,3 +199,83 @@ def test_two_horovod_ranks_stay_identical(data, tmp_path, repo_root):
     assert state["global_step"] == 4 and state["micro_step"] == 8
     # only rank 0 writes into --output_dir
     assert len(list((tmp_path / "hvd").glob("events.out.tfevents*"))) == 1
+
+
+def _file_bytes(folder):
+    return {name: (folder / name).read_bytes() for name in sorted(os.listdir(folder))
+            if name.startswith("model.ckpt") or name == "checkpoint"}
+
+
+def test_a_resume_with_another_model_config_refuses_and_keeps_the_checkpoint(data, tmp_path):
+    """The same --output_dir with another config: one line naming a variable, exit 1, and the
+    checkpoint (index, data, .meta) byte for byte as it was. (Fewer layers used to train on and
+    replace the checkpoint with the smaller model; more or wider ones died in a traceback
+    after writing the new graph's .meta.)"""
+    from modeling import BertConfig
+    output = tmp_path / "run"
+    first = subprocess.run(command_line(data, output, num_train_steps=2), capture_output=True,
+                           text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    before = _file_bytes(output)
+    assert any(name.endswith(".meta") for name in before)
+    config = BertConfig.from_json_file(str(data / "bert_config.json"))
+    for change in (dict(num_hidden_layers=1), dict(hidden_size=128), dict(num_hidden_layers=3)):
+        other = tmp_path / "other_config.json"
+        config.replace(**change).to_json_file(str(other))
+        second = subprocess.run(command_line(data, output, num_train_steps=4,
+                                             bert_config_file=str(other)),
+                                capture_output=True, text=True, timeout=300)
+        assert second.returncode == 1, (change, second.stderr[-3000:])
+        assert "Traceback" not in second.stderr
+        error = [line for line in second.stderr.splitlines() if line.startswith("error: ")]
+        assert len(error) == 1 and "of another model" in error[0] and "bert/" in error[0], error
+        assert _file_bytes(output) == before, change
+
+
+@pytest.mark.horovod
+def test_a_rank_with_only_an_empty_file_stops_every_rank_in_one_line(data, tmp_path, repo_root):
+    """Two ranks, one of whose files is a zero-byte .tfrecord: both stop at start-up naming
+    it (this used to print the plan and then wait in the first allreduce forever)."""
+    pytest.importorskip("horovod.tensorflow", reason="Horovod not installed "
+                        "(bash scripts/install.sh builds it)")
+    train = tmp_path / "train"
+    train.mkdir()
+    write_random_records(train / "part-0.tfrecord", 48, SEQ, PREDICTIONS, VOCAB, seed=1)
+    (train / "part-1.tfrecord").write_bytes(b"")
+    horovodrun = os.path.join(os.path.dirname(sys.executable), "horovodrun")
+    args = command_line(data, tmp_path / "hvd", num_train_steps=4)
+    args = [horovodrun, "-np", "2", "--gloo", "-H", "localhost:2"] + [
+        arg if not arg.startswith("--input_files_dir=") else f"--input_files_dir={train}"
+        for arg in args] + ["--horovod"]
+    result = subprocess.run(args, capture_output=True, text=True, cwd=repo_root, timeout=240)
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    errors = [line for line in output.splitlines() if "error: " in line]
+    assert len(errors) == 2 and all("part-1.tfrecord: empty, and rank 1 of 2 reads nothing "
+                                    "else" in line for line in errors), errors
+    # (horovodrun itself ends in a traceback of its own when a rank fails; the ranks do not)
+    assert not [line for line in output.splitlines()
+                if line.startswith(("[0]", "[1]")) and "Traceback" in line]
+    assert not list((tmp_path / "hvd").glob("model.ckpt-*"))
+
+
+def test_an_unwritable_output_dir_is_one_line_naming_it(data, tmp_path):
+    """Seen as a user without root's overrides (`setpriv` drops the capabilities; root
+    ignores permissions): a read-only --output_dir used to end in a PermissionError
+    traceback from the run lock."""
+    import shutil
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to drop root's permission overrides")
+    folder = tmp_path / "read_only"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        result = subprocess.run(["setpriv", "--inh-caps=-all", "--bounding-set=-all",
+                                 *command_line(data, folder, num_train_steps=1)],
+                                capture_output=True, text=True, timeout=300)
+    finally:
+        folder.chmod(0o755)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last == f"error: {folder}: cannot write to the output folder (Permission denied)"
+    assert os.listdir(folder) == []

@@ -624,3 +624,26 @@ def test_cli_writes_readable_records_and_reports_errors(minilm_vocab, tmp_path):
     assert not os.path.exists(bad_out)
     assert not os.path.exists(record_metadata.metadata_path(bad_out))
     assert not [f for f in os.listdir(tmp_path) if ".tmp-" in f]
+
+
+def test_documents_lost_to_truncation_are_warned_with_the_share(tokenizer, tmp_path, caplog):
+    """A document without sentence breaks becomes a few instances and loses almost all of its
+    tokens: one warning line says how much; a normal corpus gets no such warning."""
+    words = ("the cat sat on a mat while it rained " * 2000).strip()
+    src = _write(tmp_path / "one_line.txt", words + "\n\nA short document.\nWith two lines.\n")
+    options = pdata.PretrainingOptions(dupe_factor=1)
+    with caplog.at_level("WARNING"):
+        pdata.create_pretraining_tfrecords(src, str(tmp_path / "long.tfrecord"), tokenizer,
+                                           options, log_instances=0)
+    warnings = [r.getMessage() for r in caplog.records if "truncation" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].startswith("1 of 2 documents lose most"), warnings
+    share = float(re.search(r"\(([\d.]+)% of theirs", warnings[0]).group(1))
+    kept = (options.max_seq_length - 3) / len(tokenizer.tokenize(words))
+    assert share == pytest.approx(100 * (1 - kept), abs=1.0)
+    caplog.clear()
+    normal = _write(tmp_path / "normal.txt", "\n\n".join(
+        "\n".join(f"Doc {d} line {i} words here." for i in range(6)) for d in range(8)))
+    with caplog.at_level("WARNING"):
+        pdata.create_pretraining_tfrecords(normal, str(tmp_path / "n.tfrecord"), tokenizer,
+                                           options, log_instances=0)
+    assert not [r for r in caplog.records if "truncation" in r.getMessage()]

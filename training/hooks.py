@@ -104,7 +104,10 @@ class StepLoggingHook(tf1.train.SessionRunHook):
         if self._last_step is None:  # the step this run started from
             self._last_step = step - 1 if values["is_optimizer_step"] else step
         if values["is_optimizer_step"] and step % self._every == 0:
-            self._emit(values, step)
+            if step > self._last_step:
+                self._emit(values, step)
+            elif self._progress:  # a skipped (non-finite) step: global_step held
+                self._progress.show(self._held_text(values, step))
 
     def _emit(self, values, step):
         now = time.time()
@@ -161,6 +164,19 @@ class StepLoggingHook(tf1.train.SessionRunHook):
                          + ([f"{record['rows_per_second']:.1f} rows/s"]
                             if "rows_per_second" in record else [])
                          + [f"ETA {format_duration(left * per_step)}"])
+
+    def _held_text(self, values, step):
+        """`step 120/1000  held: 3 steps skipped (loss scale 512)  ETA 0:04:12`: while float16
+        steps are skipped the step does not advance, and neither does the ETA (the skipped
+        windows are not counted as steps done)."""
+        per_step = (self._measured_seconds / self._measured_steps if self._measured_steps
+                    else None)
+        left = max(self._total_steps - step, 0)
+        held = f"held: {int(values.get('skipped_steps', 0))} steps skipped"
+        if "loss_scale" in values:
+            held += f" (loss scale {float(values['loss_scale']):g})"
+        return "  ".join([f"step {step}/{self._total_steps}", held,
+                          f"ETA {format_duration(left * per_step) if per_step else '?'}"])
 
     def summary(self):
         """Totals of the run: average throughput without warm-up, time, final loss."""

@@ -16,6 +16,7 @@ or was killed may leave half-written files (a full disk): they are removed at th
 start, so the rerun resumes from the last complete checkpoint.
 """
 import os
+import signal
 
 import tensorflow as tf
 from absl import logging
@@ -130,3 +131,18 @@ def train_resuming(estimator, training_input, output_dir, max_steps, workers,
         estimator.train(input_fn, max_steps=max_steps, hooks=hooks,
                         saving_listeners=listeners)
     return preemption
+
+
+LAUNCHER_ENV = "BERT_LAUNCHER_PID"  # set by scripts/launch_common.sh for what it starts
+
+
+def exit_status(preemption):
+    """The command's exit status once training returned: 0 when it finished; after a signal
+    stopped it (checkpoint saved), 128 + the signal, as a shell reports a process the signal
+    ended (143 for SIGTERM, 130 for Ctrl-C), so `run_pretraining.py && next-step` does not
+    go on with an unfinished model. A rank that stopped with others (it got no signal of
+    its own) reports SIGTERM's. Under our launcher, 0: it reports the stop itself with that
+    status (horovodrun would take a rank's 143 for a crash of its own)."""
+    if preemption is None or preemption.received is None or os.environ.get(LAUNCHER_ENV):
+        return 0
+    return 128 + (preemption.received or signal.SIGTERM)

@@ -108,10 +108,21 @@ def acquire(output_dir):
                         "writing this folder", output_dir)
         return None
     created_dir = not os.path.isdir(output_dir)
-    os.makedirs(output_dir, exist_ok=True)
+    if os.path.exists(output_dir) and created_dir:
+        raise UsageError(f"{output_dir}: is a file, not a folder: pass a folder as the output "
+                         "folder")
+    try:
+        os.makedirs(output_dir, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"{output_dir}: cannot create the output folder "
+                         f"({err.strerror or err})") from None
     path = os.path.join(output_dir, LOCK_NAME)
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise UsageError(f"{output_dir}: cannot write to the output folder "
+                             f"({err.strerror or err})") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

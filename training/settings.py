@@ -28,6 +28,7 @@ class TrainingSettings:
     lamb_layer_adaptation: str = "all"     # all (NVIDIA) | weights (tfa, Model Garden)
     max_consecutive_skips: int = 100       # stop a run whose steps are all skipped
     log_variables: bool = False            # --verbose_logging: every trainable variable
+    model_dir: Optional[str] = None        # the run's folder: its checkpoint must fit the graph
 
 
 def precision_settings(amp, amp_dtype):

@@ -7,6 +7,7 @@ together make a resumed run continue exactly where the interrupted one stopped.
 import tensorflow as tf
 from absl import logging
 
+from modeling.checkpoints import refuse_other_model
 from modeling.core import stateless_dropout
 from optimization import create_train_op
 from training.divergence import DivergenceGuardHook
@@ -58,6 +59,9 @@ def train_spec(settings, loss, micro_step, log_tensors, extra_hooks_fn=None):
         allreduce_post_accumulation=settings.allreduce_post_accumulation,
         weight_decay_rate=settings.weight_decay_rate,
         lamb_layer_adaptation=settings.lamb_layer_adaptation)
+    # Every variable now exists (slots, buffers): before anything is saved, the folder's
+    # checkpoint must be of this graph, or the run would overwrite another model with it.
+    refuse_other_model(settings.model_dir, tf1.global_variables())
     with tf.control_dependencies([train_op]):
         train_op = tf.group(train_op, micro_step.assign_add(1, read_value=False))
     tensors = dict(log_tensors)
