@@ -201,20 +201,30 @@ def test_export_of_a_pretrained_checkpoint_says_fine_tune_first(models, tmp_path
 
 
 def test_failed_export_leaves_no_temp_folder(models, tmp_path):
-    """A checkpoint whose index is fine but whose data is cut fails inside the Estimator's
-    restore, after it has created `temp-*`."""
-    broken = tmp_path / "broken"
-    broken.mkdir()
-    for name in os.listdir(os.path.dirname(models["tuned"])):
-        if name.startswith("model.ckpt."):
-            data = open(os.path.join(os.path.dirname(models["tuned"]), name), "rb").read()
-            if name.startswith("model.ckpt.data"):
-                data = data[:len(data) // 2]
-            (broken / name).write_bytes(data)
+    """A checkpoint whose index and sizes are fine but whose data is corrupt (checksums)
+    fails inside the Estimator's restore, after it has created `temp-*`; a truncated one is
+    named as damaged before anything is written."""
+    def broken_copy(folder, damage):
+        folder.mkdir()
+        for name in os.listdir(os.path.dirname(models["tuned"])):
+            if name.startswith("model.ckpt."):
+                data = open(os.path.join(os.path.dirname(models["tuned"]), name), "rb").read()
+                if name.startswith("model.ckpt.data"):
+                    data = damage(data)
+                (folder / name).write_bytes(data)
+        return folder / "model.ckpt"
+
+    corrupt = broken_copy(tmp_path / "corrupt",
+                          lambda data: data[:len(data) // 2] + bytes(len(data) - len(data) // 2))
     export_dir = tmp_path / "export"
-    proc = export_squad(models["root"], broken / "model.ckpt", export_dir)
+    proc = export_squad(models["root"], corrupt, export_dir)
     assert_clean_error(proc, str(export_dir), "export of", "failed")
     assert os.listdir(export_dir) == []
+
+    truncated = broken_copy(tmp_path / "truncated", lambda data: data[:len(data) // 2])
+    proc = export_squad(models["root"], truncated, tmp_path / "export2")
+    assert_clean_error(proc, "model.ckpt.data-00000-of-00001: damaged checkpoint (truncated?)")
+    assert not (tmp_path / "export2").exists() or os.listdir(tmp_path / "export2") == []
 
 
 def test_export_on_a_full_disk_says_how_much_it_needs_and_writes_nothing(models, small_disk):
