@@ -39,12 +39,8 @@ REQUIRED = ("vocab_file", "bert_config_file", "output_dir")
 def _main(task_class_name):
     """The command's main: runs the driver with `finetuning.tasks.<task_class_name>`."""
     def main(flags):
-        from cli.nvidia_flags import warn_ignored
-        from training.speed_defaults import resolve
-        warn_ignored(flags)
-        if resolve(flags).use_xla:  # NVIDIA's default --use_xla only where there is a GPU
-            from training.xla_env import enable_cpu_xla
-            enable_cpu_xla()  # before TensorFlow is imported
+        from cli.nvidia_flags import start_training_command
+        start_training_command(flags)  # before TensorFlow is imported
         from finetuning import tasks
         from finetuning.driver import main as driver_main
         return driver_main(getattr(tasks, task_class_name).from_flags, flags)

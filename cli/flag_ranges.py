@@ -143,3 +143,14 @@ def register_ranges(flag_values):
         allowed = RANGES[name]
         flags.register_validator(name, allowed.allows, message=f"must be {allowed.describe()}",
                                  flag_values=flag_values)
+
+
+def out_of_range(flag_values):
+    """`--name=value: must be ...` for the first numeric flag of `flag_values` whose value is
+    outside its range, or None. For flag values set without parsing (a caller that builds
+    them in-process, where no validator runs): the same table, the same words."""
+    for name in numeric_flags(flag_values):
+        value, allowed = flag_values[name].value, RANGES[name]
+        if not allowed.allows(value):
+            return f"--{name}={value}: must be {allowed.describe()}"
+    return None

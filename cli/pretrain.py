@@ -17,16 +17,13 @@ from pretraining.flags import define_flags
 
 
 def main(flags):
-    from cli.nvidia_flags import warn_ignored
-    warn_ignored(flags)
+    from cli.nvidia_flags import start_training_command, warn_ignored
     if flags.dry_run:  # the plan only: no TensorFlow, no data
         from pretraining.plan import plan_line, pretraining_plan
+        warn_ignored(flags)
         print(plan_line(pretraining_plan(flags, flags.dry_run_ranks)))
         return 0
-    from training.speed_defaults import resolve
-    if resolve(flags).use_xla:  # NVIDIA's default --use_xla only where there is a GPU
-        from training.xla_env import enable_cpu_xla
-        enable_cpu_xla()  # before TensorFlow is imported
+    start_training_command(flags)  # before TensorFlow is imported
     from pretraining.runner import main as run_main
     return run_main(flags)
 

@@ -14,6 +14,7 @@ import tensorflow as tf
 from absl import logging
 
 from cli.console import SHOW
+from cli.flag_ranges import out_of_range
 from data_prep.tokenization import FullTokenizer, VocabError, validate_case_matches_checkpoint
 from finetuning.export import ExportError, TritonModel, export_saved_model, write_triton_repository
 from finetuning.model_fn import make_model_fn
@@ -65,6 +66,9 @@ def _validate(task, flags, config):
             or flags.export_dir or flags.export_triton or flags.triton_model_repository):
         raise UsageError("nothing to do: pass --do_train, --do_eval, --do_predict, "
                          "--export_dir or --export_triton")
+    problem = out_of_range(flags)  # cli/flag_ranges.py: the range of every numeric flag
+    if problem:
+        raise UsageError(problem)
     if flags.max_seq_length > config.max_position_embeddings:
         raise UsageError(f"--max_seq_length={flags.max_seq_length} exceeds the config's "
                          f"max_position_embeddings {config.max_position_embeddings}")

@@ -189,8 +189,6 @@ class SquadTask:
             raise TaskDataError("--do_predict needs --predict_file")
         if self.eval_script and not os.path.isfile(self.eval_script):
             raise TaskDataError(f"{self.eval_script}: --eval_script: no such file")
-        if self.max_predict_examples is not None and self.max_predict_examples <= 0:
-            raise TaskDataError("--num_eval_iterations must be positive")
         if flags.max_seq_length <= flags.max_query_length + 3:
             raise TaskDataError(f"--max_seq_length={flags.max_seq_length} leaves no room for "
                                 f"the context after --max_query_length={flags.max_query_length}")

@@ -14,7 +14,6 @@ Input: every file is checked at start-up, before anything is written
 training stops the run with one line naming its file and record, or, with
 --skip_bad_records, is skipped and counted up to --max_bad_records (`training.record_guard`).
 """
-import math
 import os
 import sys
 
@@ -22,6 +21,7 @@ import tensorflow as tf
 from absl import logging
 
 from cli.console import SHOW
+from cli.flag_ranges import out_of_range
 from modeling import BertConfig, ConfigError
 from modeling.checkpoints import CheckpointError
 from pretraining.dynamic_masking import DynamicMasking
@@ -64,22 +64,13 @@ def _validate(flags, config):
                          f"max_position_embeddings {config.max_position_embeddings}")
     if flags.max_predictions_per_seq > flags.max_seq_length:
         raise UsageError("--max_predictions_per_seq cannot exceed --max_seq_length")
-    if flags.masked_lm_prob is not None and not 0.0 < flags.masked_lm_prob <= 1.0:
-        raise UsageError(f"--masked_lm_prob={flags.masked_lm_prob} must be in (0, 1]")
-    if flags.num_accumulation_steps < 1:
-        raise UsageError("--num_accumulation_steps must be >= 1")
+    problem = out_of_range(flags)  # cli/flag_ranges.py: the range of every numeric flag
+    if problem:
+        raise UsageError(problem)
     if flags.do_train and not flags.input_files_dir:
         raise UsageError("--do_train needs --input_files_dir")
     if flags.do_eval and not flags.eval_files_dir:
         raise UsageError("--do_eval needs --eval_files_dir")
-    if not (math.isfinite(flags.init_loss_scale) and flags.init_loss_scale >= 1.0):
-        raise UsageError(f"--init_loss_scale={flags.init_loss_scale} must be a finite number "
-                         ">= 1 (NVIDIA's default is 2**32)")
-    if flags.max_bad_records < 0:
-        raise UsageError("--max_bad_records must be >= 0")
-    if flags.learning_rate <= 0 or flags.num_train_steps <= 0 or flags.num_warmup_steps < 0:
-        raise UsageError("--learning_rate and --num_train_steps must be positive and "
-                         "--num_warmup_steps >= 0")
 
 
 def log_plan(plan, dllog_path):

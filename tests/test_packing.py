@@ -303,8 +303,16 @@ def test_step_log_counts_instances_and_real_tokens_of_packed_rows(monkeypatch):
     assert "average_rows_per_second" not in summary
 
 
-def test_scripts_pick_the_record_folder_of_the_chosen_masking_and_packing(tmp_path, repo_root):
+def _script_choice(variable, repo_root, data_dir, **env):
+    """The value scripts/pretraining_common.sh gives `variable` for `data_dir` and `env`."""
     import subprocess
+    return subprocess.run(
+        ["bash", "-c", f"source scripts/pretraining_common.sh; echo ${variable}"],
+        cwd=repo_root, capture_output=True, text=True, check=True,
+        env={"PATH": "/usr/bin:/bin", "DATA_DIR": str(data_dir), **env}).stdout.strip()
+
+
+def test_scripts_pick_the_record_folder_of_the_chosen_masking_and_packing(tmp_path, repo_root):
     names = {("static", "false"): "max_pred_20_masked_lm_prob_0.15_random_seed_1_dupe_factor_5",
              ("static", "true"): "max_pred_20_masked_lm_prob_0.15_random_seed_1_dupe_factor_5"
                                  "_packed_3",
@@ -314,38 +322,27 @@ def test_scripts_pick_the_record_folder_of_the_chosen_masking_and_packing(tmp_pa
         (tmp_path / f"tfrecord_lower_case_1_seq_len_128_{name}" / "books_wiki_en_corpus").mkdir(
             parents=True)
     for (masking, packed), name in names.items():
-        chosen = subprocess.run(
-            ["bash", "-c", "source scripts/pretraining_common.sh; echo $TRAIN_DATA_PHASE1"],
-            cwd=repo_root, capture_output=True, text=True, check=True,
-            env={"PATH": "/usr/bin:/bin", "DATA_DIR": str(tmp_path), "MASKING": masking,
-                 "PACKED": packed}).stdout.strip()
+        chosen = _script_choice("TRAIN_DATA_PHASE1", repo_root, tmp_path, MASKING=masking,
+                                PACKED=packed)
         assert chosen == str(tmp_path / f"tfrecord_lower_case_1_seq_len_128_{name}" /
                              "books_wiki_en_corpus" / "books_wiki_en_corpus_training_*.tfrecord")
     # bertPrep.py now writes NVIDIA's training/ and test/ folders: the scripts take those.
     for (masking, packed), name in names.items():
         (tmp_path / f"tfrecord_lower_case_1_seq_len_128_{name}" / "books_wiki_en_corpus" /
          "training").mkdir()
-        chosen = subprocess.run(
-            ["bash", "-c", "source scripts/pretraining_common.sh; echo $TRAIN_DATA_PHASE1"],
-            cwd=repo_root, capture_output=True, text=True, check=True,
-            env={"PATH": "/usr/bin:/bin", "DATA_DIR": str(tmp_path), "MASKING": masking,
-                 "PACKED": packed}).stdout.strip()
+        chosen = _script_choice("TRAIN_DATA_PHASE1", repo_root, tmp_path, MASKING=masking,
+                                PACKED=packed)
         assert chosen == str(tmp_path / f"tfrecord_lower_case_1_seq_len_128_{name}" /
                              "books_wiki_en_corpus" / "training")
 
 
 def test_scripts_read_records_laid_out_by_nvidias_bertprep(tmp_path, repo_root):
     """Records made by NVIDIA's own bertPrep.py, at the paths its scripts read."""
-    import subprocess
     nvidia = (tmp_path / "tfrecord" / "lower_case_1_seq_len_512_max_pred_80_masked_lm_prob_0.15"
               "_random_seed_12345_dupe_factor_5_shard_1472_test_split_10" /
               "books_wiki_en_corpus" / "test")
     nvidia.mkdir(parents=True)
-    chosen = subprocess.run(
-        ["bash", "-c", "source scripts/pretraining_common.sh; echo $EVAL_DATA_PHASE2"],
-        cwd=repo_root, capture_output=True, text=True, check=True,
-        env={"PATH": "/usr/bin:/bin", "DATA_DIR": str(tmp_path)}).stdout.strip()
-    assert chosen == str(nvidia)
+    assert _script_choice("EVAL_DATA_PHASE2", repo_root, tmp_path) == str(nvidia)
 
 
 @pytest.mark.horovod

@@ -154,29 +154,30 @@ class StepLoggingHook(tf1.train.SessionRunHook):
     def _progress_text(self, record, interval_seconds_per_step):
         """`step 120/1000  loss 7.12  312.4 seq/s  ETA 0:04:12` (packed records: `... seq/s
         98.1 rows/s  ETA ...`)."""
-        per_step = (self._measured_seconds / self._measured_steps if self._measured_steps
-                    else interval_seconds_per_step)
         loss = record.get("total_loss", record.get("loss"))
-        left = max(self._total_steps - record["step"], 0)
         return "  ".join([f"step {record['step']}/{self._total_steps}"]
                          + ([f"loss {loss:.4g}"] if loss is not None else [])
                          + [f"{record['sequences_per_second']:.1f} seq/s"]
                          + ([f"{record['rows_per_second']:.1f} rows/s"]
                             if "rows_per_second" in record else [])
-                         + [f"ETA {format_duration(left * per_step)}"])
+                         + [self._eta(record["step"], interval_seconds_per_step)])
+
+    def _eta(self, step, fallback_seconds_per_step=None):
+        """`ETA h:mm:ss`: the steps left at the average time per step measured so far (after
+        warm-up), else `fallback_seconds_per_step`; `ETA ?` without either."""
+        per_step = (self._measured_seconds / self._measured_steps if self._measured_steps
+                    else fallback_seconds_per_step)
+        left = max(self._total_steps - step, 0)
+        return f"ETA {format_duration(left * per_step) if per_step else '?'}"
 
     def _held_text(self, values, step):
         """`step 120/1000  held: 3 steps skipped (loss scale 512)  ETA 0:04:12`: while float16
         steps are skipped the step does not advance, and neither does the ETA (the skipped
         windows are not counted as steps done)."""
-        per_step = (self._measured_seconds / self._measured_steps if self._measured_steps
-                    else None)
-        left = max(self._total_steps - step, 0)
         held = f"held: {int(values.get('skipped_steps', 0))} steps skipped"
         if "loss_scale" in values:
             held += f" (loss scale {float(values['loss_scale']):g})"
-        return "  ".join([f"step {step}/{self._total_steps}", held,
-                          f"ETA {format_duration(left * per_step) if per_step else '?'}"])
+        return "  ".join([f"step {step}/{self._total_steps}", held, self._eta(step)])
 
     def summary(self):
         """Totals of the run: average throughput without warm-up, time, final loss."""
