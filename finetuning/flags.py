@@ -43,8 +43,9 @@ def define_common_flags(flag_values=flags.FLAGS, defaults=None):
                        "Checkpoint every N steps.")
     out.DEFINE_integer("keep_checkpoint_max", 2, "Checkpoints to keep.")
     train.DEFINE_integer("num_accumulation_steps", 1, "Micro-batches per optimizer step.")
-    train.DEFINE_enum("optimizer_type", d["optimizer_type"], ["adam", "lamb"],
-                      "AdamWeightDecay or NVLAMB (NVIDIA's defaults: lamb for GLUE, adam for "
+    train.DEFINE_enum("optimizer_type", d["optimizer_type"], ["adam", "adamw", "lamb"],
+                      "Google's AdamWeightDecay, the same with Adam's bias correction (adamw: "
+                      "torch's AdamW) or NVLAMB (NVIDIA's defaults: lamb for GLUE, adam for "
                       "SQuAD).")
     dist.DEFINE_bool("horovod", False, "Data-parallel over Horovod ranks (horovodrun -np N).")
     speed.DEFINE_bool("amp", True, "Automatic mixed precision (--amp_dtype compute; "

@@ -20,7 +20,7 @@ tf1 = tf.compat.v1
 # Google's AdamWeightDecay (adam_m/adam_v), of our LAMB and Keras/tf.train optimizers, step
 # counters, loss scaling and gradient-accumulation buffers.
 NON_MODEL_VARIABLE_PATTERN = re.compile(
-    r"(^|/)(adam_m|adam_v|lamb_m|lamb_v|lamb_step|Adam|Adam_1|Momentum|LAMB|"
+    r"(^|/)(adam_m|adam_v|adam_step|lamb_m|lamb_v|lamb_step|Adam|Adam_1|Momentum|LAMB|"
     r"global_step|micro_step|loss_scale|good_steps|skipped_steps|local_step|accum[^/]*|"
     r"gradient_accumulation[^/]*)($|/|_\d+$)")
 

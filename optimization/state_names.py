@@ -20,11 +20,14 @@ LAMB_STEP = "lamb_step"
 # Moments of AdamWeightDecayOptimizer, as in Google's checkpoints.
 ADAM_M = "adam_m"
 ADAM_V = "adam_v"
+# The update counter of AdamWeightDecayOptimizer with bias correction (--optimizer_type=adamw).
+ADAM_STEP = "adam_step"
 # Gradient accumulation buffer of a model variable: ``.../kernel/accum``.
 GRAD_ACCUM = "accum"
 
 # Suffixes of optimizer state; ``name.endswith(suffix)`` identifies it.
-OPTIMIZER_SLOT_SUFFIXES = tuple("/" + s for s in (LAMB_M, LAMB_V, LAMB_STEP, ADAM_M, ADAM_V))
+OPTIMIZER_SLOT_SUFFIXES = tuple("/" + s for s in (LAMB_M, LAMB_V, LAMB_STEP, ADAM_M, ADAM_V,
+                                                   ADAM_STEP))
 
 # Scopes of the non-per-variable counters created by the training op.
 LOSS_SCALE_SCOPE = "loss_scale"                # loss_scale/{loss_scale,good_steps,skipped_steps}

@@ -47,9 +47,15 @@ from optimization.learning_rate import learning_rate_schedule
 from optimization.loss_scale import DynamicLossScale, FixedLossScale
 
 
+# The Adam forms (make_optimizer): their schedule is linear and continuous, LAMB's is not.
+ADAM_TYPES = ("adam", "adamw")
+OPTIMIZER_TYPES = ("lamb",) + ADAM_TYPES
+
+
 def make_optimizer(optimizer_type, learning_rate, weight_decay_rate=0.01,
                    lamb_layer_adaptation="all"):
-    """``'lamb'`` -> LAMBOptimizer (NVLAMB), ``'adam'`` -> Google's AdamWeightDecay.
+    """``'lamb'`` -> LAMBOptimizer (NVLAMB), ``'adam'`` -> Google's AdamWeightDecay,
+    ``'adamw'`` -> the same with Adam's bias correction (torch's AdamW).
 
     ``lamb_layer_adaptation``: ``'all'`` adapts every variable's step by its trust ratio
     (NVIDIA's TensorFlow BERT); ``'weights'`` leaves LayerNorm and bias out (ratio 1), as
@@ -61,9 +67,10 @@ def make_optimizer(optimizer_type, learning_rate, weight_decay_rate=0.01,
         excluded = () if lamb_layer_adaptation == "all" else DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY
         return LAMBOptimizer(learning_rate, weight_decay_rate=weight_decay_rate,
                              exclude_from_layer_adaptation=excluded)
-    if optimizer_type == "adam":
-        return AdamWeightDecayOptimizer(learning_rate, weight_decay_rate=weight_decay_rate)
-    raise ValueError(f"optimizer_type must be 'lamb' or 'adam', got {optimizer_type!r}")
+    if optimizer_type in ADAM_TYPES:
+        return AdamWeightDecayOptimizer(learning_rate, weight_decay_rate=weight_decay_rate,
+                                        bias_correction=optimizer_type == "adamw")
+    raise ValueError(f"optimizer_type must be 'lamb', 'adam' or 'adamw', got {optimizer_type!r}")
 
 
 def make_loss_scale(loss_scale, init_loss_scale=2.0 ** 32):
@@ -86,7 +93,7 @@ def create_train_op(loss, optimizer_type, init_lr, num_train_steps, num_warmup_s
 
     Args:
       loss: scalar loss of the micro-batch (a mean over its examples), any float dtype.
-      optimizer_type: 'lamb' or 'adam'.
+      optimizer_type: 'lamb', 'adam' or 'adamw'.
       init_lr, num_train_steps, num_warmup_steps: the learning-rate schedule
         (``learning_rate_schedule``: power 0.5 for LAMB, 1 and continuous for Adam).
       num_accumulation_steps: micro-batches per optimizer step.
@@ -115,7 +122,7 @@ def create_train_op(loss, optimizer_type, init_lr, num_train_steps, num_warmup_s
     power = 0.5 if optimizer_type == "lamb" else 1.0
     learning_rate = learning_rate_schedule(init_lr, num_train_steps, num_warmup_steps,
                                            global_step, power=power,
-                                           continuous=optimizer_type == "adam")
+                                           continuous=optimizer_type in ADAM_TYPES)
     optimizer = make_optimizer(optimizer_type, learning_rate, weight_decay_rate,
                                lamb_layer_adaptation)
     scaler = make_loss_scale(loss_scale, init_loss_scale)

@@ -19,7 +19,9 @@ def define_flags(flag_values=flags.FLAGS):
                         "Start from these weights only (phase 1 -> phase 2, Google's BERT); "
                         "optimizer state starts fresh. Ignored when --output_dir already "
                         "holds a checkpoint.")
-    train.DEFINE_enum("optimizer_type", "lamb", ["lamb", "adam"], "NVLAMB or AdamWeightDecay.")
+    train.DEFINE_enum("optimizer_type", "lamb", ["lamb", "adam", "adamw"],
+                      "NVLAMB, Google's AdamWeightDecay (adam: no bias correction) or the same "
+                      "with Adam's bias correction (adamw: torch's AdamW).")
     inp.DEFINE_integer("max_seq_length", 512, "Must equal the records' sequence length "
                        "(NVIDIA's default 512; phase 1 passes 128).")
     inp.DEFINE_integer("max_predictions_per_seq", 80,
@@ -94,9 +96,11 @@ def define_flags(flag_values=flags.FLAGS):
                        "With --skip_bad_records: stop when more records than this were "
                        "skipped (over all ranks).")
     inp.DEFINE_bool("reset_data_position", False,
-                    "Resume a checkpoint whose data settings (ranks, --train_batch_size, --seed, "
+                    "Resume a checkpoint whose data settings (--train_batch_size, --seed, "
                     "--shuffle_buffer, input files, the masking flags of dynamic-masking records; "
                     "recorded in --output_dir/data_order.json) "
                     "differ from this run's, restarting the data order from its beginning at "
                     "the checkpoint's step: examples already trained on may be seen again. "
-                    "Without it such a resume stops with an error.")
+                    "Without it such a resume stops with an error. Another number of ranks "
+                    "alone (a job requeued on other nodes) restarts the order by itself, "
+                    "with a warning. Scripts: RESET_DATA_POSITION=1.")

@@ -6,6 +6,7 @@ You et al. 2019, Algorithm 2, with NVIDIA's global-norm pre-normalisation and NV
 trust ratio on every variable; Google BERT's AdamWeightDecay with its clip to global
 norm 1).
 """
+import functools
 import re
 
 import numpy as np
@@ -201,6 +202,39 @@ def test_adam_weight_decay_matches_numpy():
                            unclipped[-1]["encoder/dense/kernel"], atol=1e-4)
 
 
+@pytest.mark.oracle
+def test_adamw_matches_torch_adamw_and_googles_adam_does_not():
+    """--optimizer_type=adamw is torch's AdamW (bias-corrected moments, decoupled decay)
+    after the same clip to global norm 1, to float32 rounding; Google's AdamWeightDecay
+    (no bias correction) takes other, larger steps from the same gradients."""
+    torch = pytest.importorskip("torch", reason="oracle package torch not installed "
+                                "(bash scripts/install.sh --oracles)")
+    from optimization import make_optimizer
+    ours, names = run_graph_optimizer(lambda: make_optimizer("adamw", LR, WD))
+    params = {n: torch.nn.Parameter(torch.tensor(v, dtype=torch.float64))
+              for n, v in INITIAL.items()}
+    reference = torch.optim.AdamW(
+        [{"params": [p for n, p in params.items() if decays(n)], "weight_decay": WD},
+         {"params": [p for n, p in params.items() if not decays(n)], "weight_decay": 0.0}],
+        lr=LR, betas=(B1, B2), eps=EPS)
+    theirs = []
+    for grads in GRADS:
+        for n, p in params.items():
+            p.grad = torch.tensor(grads[n], dtype=torch.float64)
+        torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0)
+        reference.step()
+        theirs.append({n: p.detach().numpy().copy() for n, p in params.items()})
+    assert_close_relative(ours, theirs, 1e-5)
+    assert "AdamWeightDecay/adam_step" in names
+    assert all(n.endswith(OPTIMIZER_SLOT_SUFFIXES) for n in names
+               if n not in INITIAL and n != "global_step")
+    google, _ = run_graph_optimizer(lambda: make_optimizer("adam", LR, WD))
+    first_step = {n: np.linalg.norm(google[0][n] - INITIAL[n]) /
+                  max(np.linalg.norm(theirs[0][n] - INITIAL[n]), 1e-12)
+                  for n in ("encoder/dense/kernel", "head/kernel")}
+    assert all(ratio > 2.5 for ratio in first_step.values()), first_step  # 0.1/sqrt(0.001)
+
+
 def test_slot_names_are_covered_by_the_exported_suffixes():
     _, names = run_graph_optimizer(lambda: LAMBOptimizer(LR))
     model = set(INITIAL) | {"global_step"}
@@ -228,7 +262,10 @@ def test_lamb_exclusion_rules():
             make_optimizer("lamb", LR, lamb_layer_adaptation="none")
 
 
-@pytest.mark.parametrize("optimizer_class", [LAMBOptimizer, AdamWeightDecayOptimizer])
+@pytest.mark.parametrize("optimizer_class", [
+    LAMBOptimizer, AdamWeightDecayOptimizer,
+    functools.partial(AdamWeightDecayOptimizer, bias_correction=True)],
+    ids=["lamb", "adam", "adamw"])
 def test_fused_update_is_one_xla_function_per_shape_and_equals_the_op_by_op_update(
         optimizer_class):
     """The default update is compiled by XLA (one function per distinct variable shape and

@@ -93,7 +93,7 @@ def concat(batches):
     return {k: np.concatenate([b[k] for b in batches]) for k in batches[0]}
 
 
-@pytest.mark.parametrize("optimizer_type", ["lamb", "adam"])
+@pytest.mark.parametrize("optimizer_type", ["lamb", "adam", "adamw"])
 def test_accumulating_4_micro_batches_equals_one_large_batch(models, optimizer_type):
     accumulated = models(optimizer_type=optimizer_type, num_accumulation_steps=4,
                          loss_scale="dynamic")  # scaling by 2^15 is exact: same result
@@ -237,7 +237,7 @@ def test_saver_restores_the_complete_training_state(models, tmp_path):
         np.testing.assert_array_equal(resumed[n], final[n], err_msg=n)
 
 
-@pytest.mark.parametrize("optimizer_type", ["lamb", "adam"])
+@pytest.mark.parametrize("optimizer_type", ["lamb", "adam", "adamw"])
 def test_project_checkpoint_loader_skips_all_training_state(models, optimizer_type):
     """modeling.checkpoints (weights-only --init_checkpoint) must skip what we create."""
     checkpoints = pytest.importorskip("modeling.checkpoints")

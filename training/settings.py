@@ -14,7 +14,7 @@ class TrainingSettings:
     learning_rate: float = 5e-5
     num_train_steps: int = 100
     num_warmup_steps: int = 10
-    optimizer_type: str = "lamb"           # lamb | adam
+    optimizer_type: str = "lamb"           # lamb | adam (Google's) | adamw (bias-corrected)
     init_checkpoint: Optional[str] = None
     compute_type: str = "float32"          # float32 | float16 | bfloat16
     loss_scale: Optional[object] = None    # None | "dynamic" | number | loss-scale object
