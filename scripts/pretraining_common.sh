@@ -24,10 +24,12 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # train_steps; phase 2 (512) 10% of them, scaled by the ratio of the two global batches so
 # that phase 2 sees the same share of sequences: 7820 -> 7038 and 782 * 65536 / 32768 = 1564.
 # --learning_rate is per GPU: run_pretraining.py applies it x num_gpus (6e-3 and 4e-3).
-train_steps_phase1=$(( train_steps * 9 / 10 ))
+# TRAIN_STEPS_PHASE1/2 set a phase's steps directly (scripts/run.sub does for NVIDIA's
+# run.sub interface, whose steps are written out: 7038 and 1564).
 gbs_phase1=$(( train_batch_size_phase1 * num_accumulation_steps_phase1 ))
 gbs_phase2=$(( train_batch_size_phase2 * num_accumulation_steps_phase2 ))
-train_steps_phase2=$(( train_steps * 1 / 10 * gbs_phase1 / gbs_phase2 ))
+train_steps_phase1=${TRAIN_STEPS_PHASE1:-$(( train_steps * 9 / 10 ))}
+train_steps_phase2=${TRAIN_STEPS_PHASE2:-$(( train_steps * 1 / 10 * gbs_phase1 / gbs_phase2 ))}
 
 # Where things are. BERT_PREP_WORKING_DIR is bertPrep.py's working directory.
 DATA_DIR=${DATA_DIR:-${BERT_PREP_WORKING_DIR:-$ROOT/data}}
@@ -86,6 +88,9 @@ run_phase() {
     --num_accumulation_steps="$accum" --allreduce_post_accumulation
     --save_checkpoints_steps="$save_checkpoints_steps" --display_loss_steps="${DISPLAY_LOSS_STEPS:-1}"
     --dllog_path="$DLLOG_DIR/phase_${phase}_dllog.jsonl" $PREC_FLAGS $XLA_FLAGS_ARG "$@")
+  # RESET_DATA_POSITION=1: resume the weights and step with a new data order on purpose (after
+  # changing the batch or the files; another rank count alone restarts it by itself).
+  [ "${RESET_DATA_POSITION:-0}" = 1 ] && args+=(--reset_data_position)
   if [ "${DRY_RUN:-0}" = 1 ]; then  # the plan of this phase as one JSON line; nothing runs
     "$PYTHON" "$ROOT/run_pretraining.py" "${args[@]}" --dry_run --dry_run_ranks="$num_gpus"
     return

@@ -108,6 +108,56 @@ def test_run_sub_refuses_a_global_batch_it_cannot_split(repo_root, tmp_path, fak
     assert "{" not in result.stdout  # nothing planned, nothing launched
 
 
+def test_run_sub_takes_nvidias_environment_interface_per_gpu_unscaled(repo_root, tmp_path,
+                                                                      fake_slurm):
+    """NVIDIA's README commands for its run.sub, as they are, on 4 nodes x 8 GPUs: one phase
+    each, per-GPU values unscaled, NVIDIA's steps; the plan is printed before the launch."""
+    expected = nvidia_plan(32, 16, 2, 1.875e-4, 1.25e-4, 128, 512)
+    commands = {1: dict(BATCHSIZE="16", LEARNING_RATE="1.875e-4", NUM_ACCUMULATION_STEPS="128",
+                        PHASE="1"),
+                2: dict(BATCHSIZE="2", LEARNING_RATE="1.25e-4", NUM_ACCUMULATION_STEPS="512",
+                        PHASE="2")}
+    for phase, variables in commands.items():
+        plans, result = dry_run(repo_root, tmp_path, ["bash", "scripts/run.sub"],
+                                dict(fake_slurm(4), **variables))
+        assert len(plans) == 1, result.stdout
+        for key, value in expected[phase - 1].items():
+            assert plans[0][key] == pytest.approx(value, rel=1e-9), (phase, key)
+        assert plans[0]["precision"] == "fp16" and plans[0]["save_checkpoints_steps"] == 100
+        said = [line for line in result.stdout.splitlines() if line.startswith(f"phase {phase}:")]
+        assert said and f"global batch {expected[phase - 1]['global_batch_size']}" in said[0]
+    # NVIDIA's defaults for a variable left unset: PHASE=2 alone is NVIDIA's phase 2
+    plans, _ = dry_run(repo_root, tmp_path, ["bash", "scripts/run.sub"],
+                       dict(fake_slurm(4), PHASE="2"))
+    assert plans[0]["global_batch_size"] == 32768 and plans[0]["train_steps"] == 1564
+    assert plans[0]["init_checkpoint"].endswith("phase_1/model.ckpt-7038")
+
+
+@pytest.mark.parametrize("variables,args,message", [
+    ({"PHASE": "2"}, ["16", "2"], "and 2 positional argument(s) given together: ambiguous"),
+    ({}, ["16", "2", "8", "1.875e-4", "1.25e-4"], "without the 8th (num_gpus"),
+    ({"BATCHSIZE": "16x"}, [], "BATCHSIZE=16x: must be a positive whole number"),
+    ({"PHASE": "3"}, [], "PHASE=3: must be 1 or 2"),
+    ({"LEARNING_RATE": "0"}, [], "LEARNING_RATE=0: must be a positive number"),
+])
+def test_run_sub_refuses_what_it_cannot_read_one_way(repo_root, tmp_path, fake_slurm,
+                                                     variables, args, message):
+    """NVIDIA's run.sub values carried over as positional arguments on 4 nodes would train a
+    4x smaller global batch at a 4x lower peak rate: refused, as is mixing both interfaces."""
+    env = dict(os.environ, DRY_RUN="1", PYTHON=sys.executable,
+               RESULTS_DIR=str(tmp_path / "results"), **fake_slurm(4), **variables)
+    for name in ("BATCHSIZE", "LEARNING_RATE", "NUM_ACCUMULATION_STEPS", "PHASE"):
+        if name not in variables:
+            env.pop(name, None)
+    result = subprocess.run(["bash", "scripts/run.sub", *args], capture_output=True, text=True,
+                            cwd=repo_root, env=env, timeout=60)
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1 and errors[0].startswith("run.sub: ") and message in errors[0], \
+        result.stderr
+    assert "{" not in result.stdout  # nothing planned, nothing launched
+
+
 def test_two_phase_script_does_not_start_phase_2_after_an_unfinished_phase_1(repo_root,
                                                                             tmp_path):
     """A phase 1 that ends early (preempted: exit 0, checkpoint short of its last step)

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -250,12 +251,22 @@ def test_changed_masking_of_dynamic_records_is_refused(unmasked_files, tmp_path,
         train(out, unmasked_files, 12, masking=DynamicMasking(PREDICTIONS))
 
 
-def test_other_ranks_or_files_are_refused(files, tmp_path):
+def test_other_files_are_refused_and_other_ranks_restart_the_order(files, tmp_path, caplog):
+    """A job requeued on another node count resumes (weights and step) with a new data order,
+    said in one line; other files, or other ranks together with another batch, are refused."""
     stream = TrainingInput(files, 4, {}, seed=7)
     data_order.record(str(tmp_path), dict(stream.order(), start_micro_step=0))
     two_ranks = TrainingInput(files, 4, {}, seed=7, num_shards=2)
-    with pytest.raises(UsageError, match=r"reached with ranks=1 but this run has ranks=2;"):
-        data_order.resolve(str(tmp_path), two_ranks.order(), 6)
+    with caplog.at_level("WARNING"):
+        resolved = data_order.resolve(str(tmp_path), two_ranks.order(), 6)
+    assert resolved == dict(two_ranks.order(), start_micro_step=6)
+    assert (f"{tmp_path}: its data position (micro_step 6) was reached on 1 ranks and this run "
+            "has 2: the weights and step resume, the data order restarts from its beginning "
+            "on 2 ranks") in caplog.text
+    bigger = TrainingInput(files, 8, {}, seed=7, num_shards=2)
+    with pytest.raises(UsageError, match=r"reached with ranks=1, train_batch_size=4 but this "
+                                         r"run has ranks=2, train_batch_size=8;"):
+        data_order.resolve(str(tmp_path), bigger.order(), 6)
     fewer = TrainingInput(files[:2], 4, {}, seed=7)
     with pytest.raises(UsageError, match=r"with input_files=3, input_files_sha256=\w+ but "
                                          r"this run has input_files=2, input_files_sha256="):
@@ -359,3 +370,46 @@ def test_two_horovod_ranks_resume_their_own_input_states(data, tmp_path, repo_ro
         "error: 1 training input file for 2 ranks: each rank reads whole files, so there "
         "must be at least one per rank; re-shard with `bertPrep.py --action sharding "
         "--n_training_shards=K` (K a multiple of 2)"}
+
+
+@pytest.mark.horovod
+@pytest.mark.faults
+def test_a_job_requeued_on_fewer_ranks_resumes_with_a_new_data_order(tmp_path, repo_root):
+    """Preempted on 4 ranks, resubmitted on 2 (a 4-node job requeued on 2 nodes): the weights
+    and step resume, the data order restarts on 2 ranks, said in one line, and the run ends."""
+    pytest.importorskip("horovod.tensorflow", reason="Horovod not installed "
+                        "(bash scripts/install.sh builds it)")
+    data = tmp_path / "data"
+    data.mkdir()
+    write_data(data)
+    os.symlink(data / "train" / "part-0.tfrecord", data / "train" / "part-3.tfrecord")
+
+    def run(ranks, steps):
+        horovodrun = [os.path.join(os.path.dirname(sys.executable), "horovodrun"), "-np",
+                      str(ranks), "--gloo", "-H", f"localhost:{ranks}"]
+        result = subprocess.run(
+            horovodrun + command_line(data, tmp_path / "run", num_train_steps=steps,
+                                      save_checkpoints_steps=2) + ["--horovod"],
+            cwd=repo_root, capture_output=True, text=True, timeout=400)
+        assert result.returncode == 0, result.stderr[-3000:]
+        return result.stdout + result.stderr
+
+    run(4, 2)
+    first = checkpoint_tensors(str(tmp_path / "run" / "model.ckpt-2"))
+    output = run(2, 4)
+    said = [line for line in output.splitlines() if "data position" in line]
+    assert len(said) == 1 and said[0].endswith(
+        f"{tmp_path / 'run'}: its data position (micro_step 2) was reached on 4 ranks and this "
+        "run has 2: the weights and step resume, the data order restarts from its beginning "
+        "on 2 ranks (records of the current epoch may be seen again)"), said
+    assert "error:" not in output
+    order = json.loads((tmp_path / "run" / "data_order.json").read_text())
+    assert order["ranks"] == 2 and order["start_micro_step"] == 2
+    last = checkpoint_tensors(str(tmp_path / "run" / "model.ckpt-4"))
+    assert last["global_step"] == 4 and last["micro_step"] == 4
+    # steps 3 and 4 ran, from the 4-rank checkpoint: not steps 1-4 from a fresh start
+    steps = {line.split("step ", 1)[1].split()[0] for line in output.splitlines()
+             if "step " in line and "/4" in line}
+    assert "3/4" in steps and "1/4" not in steps, steps
+    kernel = "bert/encoder/layer_0/attention/self/query/kernel"
+    assert not np.array_equal(first[kernel], last[kernel])

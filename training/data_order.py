@@ -7,8 +7,11 @@ size, seed, shuffle window, input files. Rank 0 writes those settings to
 micro-step at which this data order began (0, or the step of a deliberate reset).
 
 On resume, settings that differ from the recorded ones are refused in one line (UsageError)
-rather than mapped: with other ranks or another batch size the records each rank consumed
+rather than mapped: with another batch size or other files the records each rank consumed
 are not a position of the new streams, and guessing one would silently repeat or drop data.
+One change is expected instead of refused: the number of ranks alone (a preempted job
+requeued on another node count, which NVIDIA's scripts resume): the weights and step resume
+and the data order restarts on the new ranks, said in one line.
 Dynamic masking draws each micro-batch's masks from (seed, rank, micro-batch number), so
 its settings (--max_predictions_per_seq, --masked_lm_prob, --do_whole_word_mask) are part
 of the order too: with other values the same position would be trained on other masks.
@@ -31,6 +34,7 @@ from training.settings import UsageError
 
 DATA_ORDER_FILE = "data_order.json"
 START = "start_micro_step"
+RANKS = "ranks"
 # Settings recorded only by later versions; an older file without them is not refused.
 LATER_SETTINGS = ("max_predictions_per_seq", "masked_lm_prob", "do_whole_word_mask")
 
@@ -53,11 +57,12 @@ def _describe(settings, keys):
     return ", ".join(f"{key}={settings.get(key)}" for key in keys)
 
 
-def resolve(output_dir, order, micro_step, reset=None):
+def resolve(output_dir, order, micro_step, reset=None, is_chief=True):
     """The data order this run continues: `order` (settings of this run) plus START.
 
     `micro_step` is the latest checkpoint's (0: nothing consumed yet). `reset` is None when
-    the caller offers no way to reset (then the refusal does not suggest one). Raises
+    the caller offers no way to reset (then the refusal does not suggest one). Only the chief
+    (`is_chief`) says a restart on the console; other ranks log it. Raises
     UsageError when the checkpoint's data position cannot carry over to these settings.
     """
     if micro_step <= 0:
@@ -79,6 +84,16 @@ def resolve(output_dir, order, micro_step, reset=None):
     # a setting only one side has differs too (but for the unknown ones)
     keys = (set(order) | set(recorded)) - {START} - set(unknown)
     changed = sorted(key for key in keys if recorded.get(key) != order.get(key))
+    if changed == [RANKS]:
+        # A job resubmitted on another node count (preempted on 4 nodes, requeued on 2), as
+        # NVIDIA's scripts resume it: the weights and step carry over, the data order
+        # restarts for the new ranks (no record position maps between the two layouts).
+        say = logging.warning if is_chief else logging.info  # one line on the console
+        say("%s: its data position (micro_step %d) was reached on %s ranks and this run has "
+            "%s: the weights and step resume, the data order restarts from its beginning on "
+            "%s ranks (records of the current epoch may be seen again)", output_dir,
+            micro_step, recorded.get(RANKS), order.get(RANKS), order.get(RANKS))
+        return dict(order, **{START: micro_step})
     if changed:
         remedy = "rerun with the recorded values or use a new --output_dir"
         if reset is not None:

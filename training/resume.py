@@ -50,7 +50,7 @@ def _input_position(training_input, output_dir, workers, save_checkpoints_steps,
     checkpoint's data position does not carry over to `training_input`'s settings."""
     micro_step = checkpoint_value(output_dir, MICRO_STEP_NAME)
     order = data_order.resolve(output_dir, training_input.order(), micro_step,
-                               reset_data_position)
+                               reset_data_position, workers.is_chief)
     if workers.is_chief:
         data_order.record(output_dir, order)
     store = InputStateStore(output_dir, workers.rank,
