@@ -91,3 +91,17 @@ def small_disk(tmp_path):
     yield mount
     for path in mounted:
         subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=30)
+
+
+# Markers of tests that take a minute or more (processes, several ranks, whole pipelines).
+_LONG_MARKERS = ("slow", "horovod", "faults")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Files holding long tests first, each file's tests in their order. Under pytest-xdist's
+    --dist loadfile (scripts/test.sh) workers take whole files in this order, so the long
+    files start early and the short ones fill the end, instead of a long file starting last
+    while the other workers sit idle."""
+    long_files = {item.path for item in items
+                  if any(item.get_closest_marker(name) for name in _LONG_MARKERS)}
+    items.sort(key=lambda item: item.path not in long_files)  # stable: order kept within
