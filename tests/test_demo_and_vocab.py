@@ -78,7 +78,13 @@ def test_demo_runs_end_to_end(tmp_path, repo_root):
                        r"\(unigram baseline: loss ([0-9.]+)", out)
     assert len(pairs) == 2, out
     assert all(float(loss) < float(baseline) - 0.15 for loss, baseline in pairs), pairs
-    labels = re.findall(r"-> label (\d)", out)
-    assert labels == ["1", "0"], out
+    # Served from the SavedModel: the internet sentence is labelled so, and scored well above
+    # the arithmetic one. (Which label the arithmetic sentence gets is not asserted: at ~0.72
+    # dev accuracy, and with pre-training not bit-repeatable across thread schedules, one CI
+    # run scored it 0.674 where others score 0.02-0.08.)
+    served = re.findall(r"-> label (\d) \(P\(internet\) = ([0-9.]+)\)", out)
+    assert len(served) == 2, out
+    (internet_label, internet_p), (_, arithmetic_p) = served
+    assert internet_label == "1" and float(internet_p) - float(arithmetic_p) > 0.2, served
     assert os.path.isfile(tmp_path / "phase_2" / "checkpoint")
     assert list((tmp_path / "export").glob("*/saved_model.pb"))
