@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up (or refreshes) the project's virtual environment.
 #
-#   bash scripts/install.sh [--oracles] [--no-horovod]
+#   bash scripts/install.sh [--oracles] [--no-horovod] [--test-services]
 #
 # * Creates $BERT_VENV (default: ./.venv) with Python 3.11.
 # * Installs TensorFlow 2.15.1: tensorflow[and-cuda] where `nvidia-smi` sees a GPU,
@@ -10,6 +10,9 @@
 #   once: the wheel is cached in $BERT_CACHE_DIR keyed by every pinned version, so a
 #   second run, even from a fresh clone, installs it in seconds.
 # * --oracles adds the test-only references (torch CPU, transformers, all-MiniLM-L6-v2).
+# * --test-services apt-installs slurm-wlm and munge (a real one-node Slurm for
+#   tests/test_slurm.py) when missing, as root on Debian/Ubuntu; where that cannot be done the
+#   install goes on and those tests skip, saying why.
 # Idempotent: a stamp file records what was installed; a rerun with nothing changed
 # returns at once.
 set -euo pipefail
@@ -21,16 +24,42 @@ TF_VERSION=2.15.1
 HOROVOD_VERSION=0.28.1
 WITH_ORACLES=0
 WITH_HOROVOD=1
+WITH_TEST_SERVICES=0
 for arg in "$@"; do
   case "$arg" in
     --oracles) WITH_ORACLES=1 ;;
     --no-horovod) WITH_HOROVOD=0 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    --test-services) WITH_TEST_SERVICES=1 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown option '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
 
 log() { echo "[install] $*"; }
+
+# System packages for tests, not for the venv (so outside the stamp below): nothing to do
+# once the programs are there; never fails the install (the tests that need them skip).
+install_test_services() {
+  local program missing=0
+  for program in slurmctld slurmd sbatch scontrol munged; do
+    command -v "$program" >/dev/null 2>&1 || [ -x "/usr/sbin/$program" ] || missing=1
+  done
+  [ "$missing" = 1 ] || return 0
+  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    log "slurm-wlm/munge not installed and cannot be here (needs root and apt-get):" \
+        "the real-Slurm tests will skip"
+    return 0
+  fi
+  log "installing slurm-wlm and munge (apt-get) for the real-Slurm tests"
+  local output
+  if ! output=$( { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+                   --no-install-recommends slurm-wlm munge; } 2>&1 ); then
+    log "apt-get could not install slurm-wlm/munge (the real-Slurm tests will skip):" \
+        "$(echo "$output" | tail -n 1)"
+  fi
+  return 0
+}
+if [ "$WITH_TEST_SERVICES" = 1 ]; then install_test_services; fi
 
 PYTHON="${PYTHON:-}"
 if [ -z "$PYTHON" ]; then

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sets up the environment (with the test oracles and Horovod) and runs the whole test suite.
+# Sets up the environment (with the test oracles, Horovod, and as root slurm-wlm and munge for
+# the real-Slurm tests) and runs the whole test suite.
 #   bash scripts/test.sh [pytest args...]
 # Test files run in parallel, one file per worker at a time (pytest-xdist, --dist loadfile:
 # a file's module fixtures are built once): BERT_TEST_WORKERS workers, by default as many as
@@ -7,7 +8,7 @@
 # process start-up). BERT_TEST_WORKERS=1 (or 0) runs everything in this one process.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-bash "$ROOT/scripts/install.sh" --oracles
+bash "$ROOT/scripts/install.sh" --oracles --test-services
 VENV="${BERT_VENV:-$ROOT/.venv}"
 cd "$ROOT"
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
