@@ -139,13 +139,17 @@ def test_run_sub_takes_nvidias_environment_interface_per_gpu_unscaled(repo_root,
     ({"BATCHSIZE": "16x"}, [], "BATCHSIZE=16x: must be a positive whole number"),
     ({"PHASE": "3"}, [], "PHASE=3: must be 1 or 2"),
     ({"LEARNING_RATE": "0"}, [], "LEARNING_RATE=0: must be a positive number"),
+    # sbatch --gpus-per-node=0 on a node whose GPUs Slurm does not manage, GPUS_PER_NODE unset
+    ({"GPUS_PER_NODE": "", "SLURM_GPUS_PER_NODE": "0"}, [],
+     "GPUS_PER_NODE=0 (from GPUS_PER_NODE or --gpus-per-node): must be a positive whole number"),
 ])
 def test_run_sub_refuses_what_it_cannot_read_one_way(repo_root, tmp_path, fake_slurm,
                                                      variables, args, message):
     """NVIDIA's run.sub values carried over as positional arguments on 4 nodes would train a
     4x smaller global batch at a 4x lower peak rate: refused, as is mixing both interfaces."""
     env = dict(os.environ, DRY_RUN="1", PYTHON=sys.executable,
-               RESULTS_DIR=str(tmp_path / "results"), **fake_slurm(4), **variables)
+               RESULTS_DIR=str(tmp_path / "results"), **fake_slurm(4))
+    env.update(variables)
     for name in ("BATCHSIZE", "LEARNING_RATE", "NUM_ACCUMULATION_STEPS", "PHASE"):
         if name not in variables:
             env.pop(name, None)
