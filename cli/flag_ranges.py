@@ -101,6 +101,7 @@ RANGES = {
     "null_score_diff_threshold": FINITE,
     # machines and input
     "dry_run_ranks": AT_LEAST_1,
+    "num_local_devices": AT_LEAST_1,
     "peak_tflops": NON_NEGATIVE,  # 0: not known
     "shuffle_buffer": AT_LEAST_1,
     "max_bad_records": NON_NEGATIVE,

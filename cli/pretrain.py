@@ -5,6 +5,7 @@
         --do_train --train_batch_size=64 --max_seq_length=128 --max_predictions_per_seq=20 \\
         --num_train_steps=7038 --num_warmup_steps=2000 --learning_rate=7.5e-4 --amp --use_xla
     horovodrun -np 8 bert-pretrain --horovod ...   # peak rate 8 x 7.5e-4 = 6e-3
+    bert-pretrain --num_local_devices=8 ...        # the same in one process, no Horovod
     bert-pretrain --dry_run --dry_run_ranks=8 ...  # print the plan, run nothing
     (or: python run_pretraining.py ...)
 

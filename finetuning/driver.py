@@ -90,7 +90,7 @@ def triton_model(flags, amp):
 def run(task, flags):
     """Does what the flags ask; returns a dict of results (train summary, metrics, paths).
     Rank 0 holds the output folder's run lock throughout (`training.run_lock`)."""
-    workers = Workers(flags.horovod)
+    workers = Workers(flags.horovod, flags.num_local_devices)
     with run_lock(flags.output_dir, workers.is_chief):
         return _run(task, flags, workers)
 
@@ -110,7 +110,13 @@ def _run(task, flags, workers):
         if num_examples < workers.size:  # a rank without records would wait forever
             raise TaskDataError(f"{num_examples} training example(s) for {workers.size} "
                                 "ranks: every rank needs at least one")
-        num_train_steps, num_warmup_steps = training_schedule(num_examples, flags, workers.size)
+        num_train_steps, num_warmup_steps = training_schedule(num_examples, flags,
+                                                              workers.replicas)
+        if workers.num_devices > 1:
+            logging.info("%d devices in one process (in-graph towers, no Horovod): %s; "
+                         "global batch %d", workers.num_devices, ", ".join(workers.devices),
+                         flags.train_batch_size * flags.num_accumulation_steps
+                         * workers.replicas, extra=SHOW)
         logging.info("fine-tuning %s on %d examples: %d steps (%d warm-up)", task.name,
                      num_examples, num_train_steps, num_warmup_steps, extra=SHOW)
 
@@ -124,7 +130,8 @@ def _run(task, flags, workers):
     compute_type, loss_scale = precision_settings(speed.amp, speed.amp_dtype)
     settings = TrainingSettings(
         model_dir=flags.output_dir,
-        bert_config=config, learning_rate=peak_learning_rate(flags.learning_rate, workers.size),
+        bert_config=config,
+        learning_rate=peak_learning_rate(flags.learning_rate, workers.replicas),
         num_train_steps=num_train_steps,
         num_warmup_steps=num_warmup_steps, optimizer_type=flags.optimizer_type,
         init_checkpoint=flags.init_checkpoint, compute_type=compute_type,
@@ -132,13 +139,13 @@ def _run(task, flags, workers):
         num_accumulation_steps=flags.num_accumulation_steps,
         allreduce_post_accumulation=flags.num_accumulation_steps > 1,
         allreduce_fn=workers.allreduce_fn(gradient_compression(speed.amp, speed.amp_dtype)),
-        seed=flags.seed,
-        rank=workers.rank, log_variables=flags.verbose_logging)
+        seed=flags.seed, rank=workers.rank, devices=tuple(workers.devices),
+        log_variables=flags.verbose_logging)
     log_hooks = []
 
     def logging_hooks(tensors):
         hook = StepLoggingHook(tensors, flags.display_loss_steps,
-                               global_batch_size=flags.train_batch_size * workers.size,
+                               global_batch_size=flags.train_batch_size * workers.replicas,
                                dllog_path=flags.dllog_path, is_chief=workers.is_chief,
                                total_steps=num_train_steps)
         log_hooks.append(hook)
@@ -150,9 +157,11 @@ def _run(task, flags, workers):
                                        config=run_config)
 
     if flags.do_train:
-        # One training file: under Horovod every rank reads it and keeps every N-th record.
+        # One training file: under Horovod every rank reads it and keeps every N-th record;
+        # towers read one batch of devices x --train_batch_size, split by the model_fn.
         train_input = TrainingInput(
-            (train_file,), flags.train_batch_size, task.feature_spec(is_training=True),
+            (train_file,), flags.train_batch_size * workers.num_devices,
+            task.feature_spec(is_training=True),
             seed=flags.seed, num_shards=workers.size, shard_index=workers.rank,
             shard_by="records")
         preemption = train_resuming(estimator, train_input, flags.output_dir,

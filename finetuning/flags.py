@@ -30,11 +30,13 @@ def define_common_flags(flag_values=flags.FLAGS, defaults=None):
                       "checkpoint in --output_dir.")
     train.DEFINE_bool("do_predict", False, "Predict (and score when the data has answers/labels).")
     train.DEFINE_integer("train_batch_size", d["train_batch_size"],
-                         "Examples per micro-batch per rank.")
+                         "Examples per micro-batch per rank (per device with "
+                         "--num_local_devices).")
     train.DEFINE_integer("predict_batch_size", 8, "Examples per prediction batch.")
     train.DEFINE_float("learning_rate", d["learning_rate"],
                        "Peak learning rate PER RANK, as in NVIDIA's scripts: under --horovod the "
-                       "optimizer applies learning_rate x ranks.")
+                       "optimizer applies learning_rate x ranks (x devices with "
+                       "--num_local_devices).")
     train.DEFINE_float("num_train_epochs", 3.0, "Epochs over the training set.")
     train.DEFINE_float("warmup_proportion", 0.1, "Fraction of the steps for linear warm-up.")
     inp.DEFINE_integer("max_seq_length", d["max_seq_length"],
@@ -48,6 +50,11 @@ def define_common_flags(flag_values=flags.FLAGS, defaults=None):
                       "torch's AdamW) or NVLAMB (NVIDIA's defaults: lamb for GLUE, adam for "
                       "SQuAD).")
     dist.DEFINE_bool("horovod", False, "Data-parallel over Horovod ranks (horovodrun -np N).")
+    dist.DEFINE_integer("num_local_devices", 1,
+                        "Data-parallel over N GPUs of this machine in ONE process, without "
+                        "Horovod (in-graph towers, one gradient average; N logical CPU devices "
+                        "on a machine without GPU). --train_batch_size and --learning_rate stay "
+                        "per device, as per rank under --horovod.")
     speed.DEFINE_bool("amp", True, "Automatic mixed precision (--amp_dtype compute; "
                       "NVIDIA's default: on; without a GPU, off unless given).")
     speed.DEFINE_enum("amp_dtype", "float16", ["float16", "bfloat16"], "Compute type under --amp.")

@@ -3,7 +3,9 @@
 A task (see `finetuning/tasks.py`) supplies the head on top of `BertModel`, its loss, what
 PREDICT returns and what the SavedModel serves; the encoder, mixed precision, checkpoint
 loading and the training step (AdamWeightDecay or LAMB, loss scaling, accumulation, Horovod)
-are the same for all, shared with pre-training through `training.train_step`.
+are the same for all, shared with pre-training through `training.train_step`. With several
+`settings.devices` (--num_local_devices), TRAIN builds one tower per device on its slice of the
+batch and trains on the mean of their losses (`training.towers`); EVAL and PREDICT use one.
 """
 from contextlib import nullcontext
 
@@ -11,6 +13,7 @@ import tensorflow as tf
 
 from modeling import BertModel
 from modeling.checkpoints import init_from_checkpoint, refuse_other_model
+from training.towers import build_towers, tower_mean
 from training.train_step import micro_step_variable, seeded_dropout, train_spec
 
 tf1 = tf.compat.v1
@@ -23,12 +26,25 @@ def make_model_fn(task, settings, extra_hooks_fn=None):
         del labels, params
         is_training = mode == tf.estimator.ModeKeys.TRAIN
         micro_step = micro_step_variable() if is_training else None
-        with seeded_dropout(settings, micro_step) if is_training else nullcontext():
-            model = BertModel(settings.bert_config, is_training, features["input_ids"],
-                              features["input_mask"], features["segment_ids"],
-                              compute_type=settings.compute_type,
-                              output_positions=task.output_positions(features))
-            outputs = task.build_outputs(model, features, is_training)
+
+        def build(part, tower=0):
+            """The encoder and the task's head on `part` of the features (a tower's slice)."""
+            with seeded_dropout(settings, micro_step, tower) if is_training else nullcontext():
+                # scope named: a defaulted one would be "bert_1" in a second tower
+                model = BertModel(settings.bert_config, is_training, part["input_ids"],
+                                  part["input_mask"], part["segment_ids"], scope="bert",
+                                  compute_type=settings.compute_type,
+                                  output_positions=task.output_positions(part))
+                return task.build_outputs(model, part, is_training)
+
+        if is_training and len(settings.devices) > 1:
+            loss = tower_mean(build_towers(
+                settings.devices, features,
+                lambda part, tower: task.loss(build(part, tower), part)))
+            if settings.init_checkpoint:
+                init_from_checkpoint(settings.init_checkpoint)
+            return train_spec(settings, loss, micro_step, {"loss": loss}, extra_hooks_fn)
+        outputs = build(features)
         if settings.init_checkpoint:
             init_from_checkpoint(settings.init_checkpoint)
 

@@ -37,11 +37,13 @@ def define_flags(flag_values=flags.FLAGS):
     train.DEFINE_bool("do_train", False, "Train to --num_train_steps, resuming a checkpoint in "
                       "--output_dir.")
     train.DEFINE_bool("do_eval", False, "Evaluate on --eval_files_dir after training.")
-    train.DEFINE_integer("train_batch_size", 32, "Sequences per micro-batch per rank.")
+    train.DEFINE_integer("train_batch_size", 32, "Sequences per micro-batch per rank (per "
+                         "device with --num_local_devices).")
     train.DEFINE_integer("eval_batch_size", 8, "Sequences per evaluation batch.")
     train.DEFINE_float("learning_rate", 5e-5,
                        "Peak learning rate PER RANK, as in NVIDIA's BERT: under --horovod the "
-                       "optimizer applies learning_rate x ranks (7.5e-4 on 8 GPUs = 6e-3).")
+                       "optimizer applies learning_rate x ranks (7.5e-4 on 8 GPUs = 6e-3); "
+                       "x devices with --num_local_devices.")
     train.DEFINE_float("weight_decay_rate", 0.01, "Decoupled weight decay.")
     train.DEFINE_integer("num_train_steps", 100000, "Optimizer steps (global_step) to reach.")
     train.DEFINE_integer("num_warmup_steps", 10000, "Linear warm-up steps.")
@@ -54,6 +56,11 @@ def define_flags(flag_values=flags.FLAGS):
     dist.DEFINE_bool("allreduce_post_accumulation", False,
                      "One allreduce per optimizer step instead of one per micro-batch.")
     dist.DEFINE_bool("horovod", False, "Data-parallel over Horovod ranks (horovodrun -np N).")
+    dist.DEFINE_integer("num_local_devices", 1,
+                        "Data-parallel over N GPUs of this machine in ONE process, without "
+                        "Horovod (in-graph towers, one gradient average; N logical CPU devices "
+                        "on a machine without GPU). --train_batch_size and --learning_rate stay "
+                        "per device, as per rank under --horovod.")
     speed.DEFINE_bool("amp", True,
                       "Automatic mixed precision: --amp_dtype compute, float32 weights "
                       "(NVIDIA's default: on; without a GPU, off unless given).")

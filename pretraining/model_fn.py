@@ -1,7 +1,8 @@
 """The pre-training `model_fn`: BERT + masked-LM and next-sentence heads, for TRAIN and EVAL.
 
 TRAIN builds the whole step with `training.train_step` (NVLAMB or AdamWeightDecay, loss
-scaling, gradient accumulation, Horovod allreduce); EVAL reports Google's four metrics.
+scaling, gradient accumulation, Horovod allreduce), over in-graph towers with
+--num_local_devices (`training.towers`); EVAL reports Google's four metrics.
 Everything the step needs comes in one `TrainingSettings`, so the model_fn has no global
 flags and tests can build it directly.
 """
@@ -12,6 +13,7 @@ import tensorflow as tf
 from modeling import BertModel, PackedRows, masked_lm_output, next_sentence_output
 from modeling.checkpoints import init_from_checkpoint, refuse_other_model
 from training.hooks import INSTANCES, REAL_TOKENS
+from training.towers import build_towers, tower_mean
 from training.train_step import micro_step_variable, seeded_dropout, train_spec
 
 tf1 = tf.compat.v1
@@ -24,8 +26,12 @@ def packed_rows(features):
                       features["next_sentence_positions"])
 
 
-def pretraining_losses(settings, features, is_training, micro_step=None):
+LOSS_KEYS = ("total_loss", "masked_lm_loss", "next_sentence_loss")
+
+
+def pretraining_losses(settings, features, is_training, micro_step=None, tower=0):
     """Builds BERT and both heads. Returns a dict of tensors (losses and head outputs).
+    `tower`: the index of this tower's dropout masks (`seeded_dropout`).
 
     Packed rows (`packed_rows`) give the same losses as their instances unpacked: the
     masked-LM loss is a mean over masked tokens either way, and the next-sentence loss a
@@ -33,9 +39,13 @@ def pretraining_losses(settings, features, is_training, micro_step=None):
     """
     config = settings.bert_config
     packing = packed_rows(features)
-    with seeded_dropout(settings, micro_step) if micro_step is not None else nullcontext():
+    dropout = seeded_dropout(settings, micro_step, tower) if micro_step is not None else None
+    with dropout or nullcontext():
+        # scope "bert" named, not defaulted: a default name would be uniquified ("bert_1") in
+        # a second tower instead of reusing the first tower's variables.
         model = BertModel(config, is_training, features["input_ids"], features["input_mask"],
-                          features["segment_ids"], compute_type=settings.compute_type,
+                          features["segment_ids"], scope="bert",
+                          compute_type=settings.compute_type,
                           packing=packing, output_positions=features["masked_lm_positions"])
         mlm_loss, mlm_example_loss, mlm_log_probs = masked_lm_output(
             config, model.get_sequence_output(), model.get_embedding_table(),
@@ -48,6 +58,19 @@ def pretraining_losses(settings, features, is_training, micro_step=None):
             "next_sentence_loss": nsp_loss, "mlm_example_loss": mlm_example_loss,
             "mlm_log_probs": mlm_log_probs, "nsp_example_loss": nsp_example_loss,
             "nsp_log_probs": nsp_log_probs}
+
+
+def training_losses(settings, features, micro_step):
+    """The three losses (`LOSS_KEYS`, float32 scalars) of one training micro-batch: of the
+    model on the default device, or, with several `settings.devices`, the means of the towers'
+    losses, each tower on its slice of the batch (`training.towers.build_towers`)."""
+    if len(settings.devices) < 2:
+        outputs = pretraining_losses(settings, features, True, micro_step)
+        return {key: outputs[key] for key in LOSS_KEYS}
+    towers = build_towers(settings.devices, features,
+                          lambda part, index: pretraining_losses(settings, part, True,
+                                                                 micro_step, index))
+    return {key: tower_mean([tower[key] for tower in towers]) for key in LOSS_KEYS}
 
 
 def eval_metrics(outputs, features):
@@ -87,7 +110,10 @@ def make_model_fn(settings, extra_hooks_fn=None):
         del labels, params
         is_training = mode == tf.estimator.ModeKeys.TRAIN
         micro_step = micro_step_variable() if is_training else None
-        outputs = pretraining_losses(settings, features, is_training, micro_step)
+        if is_training:
+            outputs = training_losses(settings, features, micro_step)
+        else:
+            outputs = pretraining_losses(settings, features, is_training)
         if settings.init_checkpoint:
             init_from_checkpoint(settings.init_checkpoint)
 
@@ -99,8 +125,7 @@ def make_model_fn(settings, extra_hooks_fn=None):
         if mode != tf.estimator.ModeKeys.TRAIN:
             raise ValueError(f"pre-training supports TRAIN and EVAL, not {mode}")
 
-        log_tensors = {key: outputs[key] for key in ("total_loss", "masked_lm_loss",
-                                                      "next_sentence_loss")}
+        log_tensors = {key: outputs[key] for key in LOSS_KEYS}
         hooks_fn = extra_hooks_fn and (
             lambda tensors: extra_hooks_fn(dict(tensors, **batch_counts(features))))
         return train_spec(settings, outputs["total_loss"], micro_step, log_tensors, hooks_fn)

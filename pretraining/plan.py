@@ -3,7 +3,8 @@
 What a cluster run will really do depends on flags *and* on the number of ranks: under
 Horovod, `--learning_rate` is per rank (NVIDIA's convention: the optimizer applies
 `learning_rate * ranks`) and the global batch is `train_batch_size * num_accumulation_steps
-* ranks`. Nobody should discover that after a GPU-day, so every run logs this record at
+* ranks`. `--num_local_devices` (towers in one process, training/towers.py) counts the same
+way: replicas = ranks x local_devices replace ranks in both. Nobody should discover that after a GPU-day, so every run logs this record at
 start-up (console and dllog), and `run_pretraining.py --dry_run --dry_run_ranks=N` (what
 `DRY_RUN=1 bash scripts/run_pretraining_lamb.sh ...` calls per phase) prints it without
 reading data or starting TensorFlow.
@@ -14,7 +15,7 @@ import json
 
 from training.settings import peak_learning_rate
 
-PLAN_FIELDS = ("phase", "ranks", "max_seq_length", "max_predictions_per_seq",
+PLAN_FIELDS = ("phase", "ranks", "local_devices", "max_seq_length", "max_predictions_per_seq",
                "per_rank_batch_size", "accumulation_steps", "global_batch_size",
                "learning_rate_per_rank", "peak_learning_rate", "train_steps", "warmup_steps",
                "optimizer", "precision", "save_checkpoints_steps", "init_checkpoint")
@@ -26,6 +27,7 @@ def pretraining_plan(flags, ranks, speed=None):
     is off); a dry run plans the flags as given (--amp, --manual_fp16), for the GPUs it is
     for."""
     ranks = int(ranks)
+    devices = int(getattr(flags, "num_local_devices", 1) or 1)
     if speed is None:
         manual = bool(getattr(flags, "manual_fp16", False))
         amp, amp_dtype = flags.amp or manual, "float16" if manual else flags.amp_dtype
@@ -37,13 +39,15 @@ def pretraining_plan(flags, ranks, speed=None):
     plan = {
         "phase": flags.phase,
         "ranks": ranks,
+        "local_devices": devices,
         "max_seq_length": flags.max_seq_length,
         "max_predictions_per_seq": flags.max_predictions_per_seq,
         "per_rank_batch_size": flags.train_batch_size,
         "accumulation_steps": flags.num_accumulation_steps,
-        "global_batch_size": flags.train_batch_size * flags.num_accumulation_steps * ranks,
+        "global_batch_size": (flags.train_batch_size * flags.num_accumulation_steps * ranks
+                              * devices),
         "learning_rate_per_rank": float(flags.learning_rate),
-        "peak_learning_rate": peak_learning_rate(flags.learning_rate, ranks),
+        "peak_learning_rate": peak_learning_rate(flags.learning_rate, ranks * devices),
         "train_steps": flags.num_train_steps,
         "warmup_steps": flags.num_warmup_steps,
         "optimizer": flags.optimizer_type,

@@ -7,7 +7,10 @@ example is trained on twice or skipped, and nothing consumed is re-read. Dropout
 seeded by the micro-step counter, so a resumed run reproduces the uninterrupted one.
 
 Every run logs its plan (`pretraining.plan`: the effective global batch, learning rate and
-steps for this number of ranks) at start-up.
+steps for this number of ranks and local devices) at start-up.
+
+--num_local_devices=N trains N in-graph towers in this one process (`training.towers`): the
+input reads N x --train_batch_size sequences a micro-batch, which the model_fn splits.
 
 Input: every file is checked at start-up, before anything is written
 (`pretraining.record_checks`: metadata and first record); a bad record found later while
@@ -86,7 +89,7 @@ def log_plan(plan, dllog_path):
 def run(flags):
     """Trains and/or evaluates. Returns a dict of results (training summary, eval metrics).
     Rank 0 holds the output folder's run lock throughout (`training.run_lock`)."""
-    workers = Workers(flags.horovod)
+    workers = Workers(flags.horovod, flags.num_local_devices)
     with run_lock(flags.output_dir, workers.is_chief):
         return _run(flags, workers)
 
@@ -100,6 +103,10 @@ def _run(flags, workers):
     if workers.is_chief:
         for note in speed.notes:
             logging.info("%s", note, extra=SHOW)
+        if workers.num_devices > 1:
+            logging.info("%d devices in one process (in-graph towers, no Horovod): %s; "
+                         "global batch %d", workers.num_devices, ", ".join(workers.devices),
+                         results["plan"]["global_batch_size"], extra=SHOW)
         log_plan(results["plan"], flags.dllog_path if flags.do_train else None)
 
     train_files = eval_files = None
@@ -112,8 +119,8 @@ def _run(flags, workers):
             train_files, flags.max_seq_length, flags.max_predictions_per_seq, config,
             dynamic_flags)
         check_rank_records(train_files, record_counts, workers.size)
-        train_input = training_input(
-            train_files, flags.train_batch_size, flags.max_seq_length,
+        train_input = training_input(  # one batch for all towers: [devices * batch, ...]
+            train_files, flags.train_batch_size * workers.num_devices, flags.max_seq_length,
             flags.max_predictions_per_seq, flags.seed, workers.size, workers.rank,
             flags.shuffle_buffer, masking if train_records.kind == DYNAMIC else None,
             train_records.sequences_per_row, ranges, flags.skip_bad_records, record_counts)
@@ -138,7 +145,8 @@ def _run(flags, workers):
         num_accumulation_steps=flags.num_accumulation_steps,
         allreduce_post_accumulation=flags.allreduce_post_accumulation,
         allreduce_fn=workers.allreduce_fn(gradient_compression(speed.amp, speed.amp_dtype)),
-        seed=flags.seed, rank=workers.rank, weight_decay_rate=flags.weight_decay_rate,
+        seed=flags.seed, rank=workers.rank, devices=tuple(workers.devices),
+        weight_decay_rate=flags.weight_decay_rate,
         lamb_layer_adaptation=flags.lamb_layer_adaptation,
         max_consecutive_skips=flags.max_consecutive_skips, log_variables=flags.verbose_logging)
 
@@ -148,10 +156,10 @@ def _run(flags, workers):
     def logging_hooks(tensors):
         hook = StepLoggingHook(
             tensors, flags.display_loss_steps,
-            global_batch_size=flags.train_batch_size * workers.size,
+            global_batch_size=flags.train_batch_size * workers.replicas,
             flops_per_sequence=training_flops_per_sequence(
                 config, flags.max_seq_length, flags.max_predictions_per_seq),
-            peak_flops=device_peak and device_peak * workers.size,
+            peak_flops=device_peak and device_peak * workers.replicas,
             dllog_path=flags.dllog_path, is_chief=workers.is_chief,
             total_steps=flags.num_train_steps, ranks=workers.size)
         log_hooks.append(hook)

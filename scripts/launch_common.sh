@@ -141,8 +141,11 @@ horovod_builds() {
 }
 
 # One process per GPU under Horovod: horovodrun with Gloo, or mpirun only when Horovod was
-# built with MPI (mpirun cannot start a Horovod built without it); a single process
-# otherwise. After a signal has been forwarded, a second one is not: kill -9 aborts.
+# built with MPI (mpirun cannot start a Horovod built without it). Without Horovod (it does
+# not import: a plain `pip install`), ONE process trains on the num_gpus GPUs as in-graph
+# towers (--num_local_devices, training/towers.py), which is enough on one machine; a
+# multi-node launch (HOROVOD_LAUNCH_FLAGS) still needs Horovod. A single process for one GPU.
+# After a signal has been forwarded, a second one is not: kill -9 aborts.
 launch() {
   local cmd forwarder=forward_to_child
   if [ "$num_gpus" -gt 1 ]; then
@@ -150,7 +153,11 @@ launch() {
     builds=" $(horovod_builds) "
     hvd="$(dirname "$PYTHON")/horovodrun"   # the one installed with $PYTHON's Horovod
     [ -x "$hvd" ] || hvd=$(command -v horovodrun || true)
-    if [[ "$builds" == *" gloo "* ]] && [ -x "$hvd" ]; then
+    if [ -z "${builds// /}" ] && [ -z "${HOROVOD_LAUNCH_FLAGS:-}" ]; then
+      echo "num_gpus=$num_gpus without Horovod: one process on $num_gpus GPUs" \
+           "(--num_local_devices=$num_gpus, in-graph towers)"
+      cmd=("$PYTHON" "$@" --num_local_devices="$num_gpus")
+    elif [[ "$builds" == *" gloo "* ]] && [ -x "$hvd" ]; then
       # HOROVOD_LAUNCH_FLAGS replaces the single-node default (scripts/run.sub sets the hosts).
       cmd=("$hvd" -np "$num_gpus" ${HOROVOD_LAUNCH_FLAGS:---gloo -H localhost:$num_gpus}
            "$PYTHON" "$@" --horovod)
@@ -160,12 +167,17 @@ launch() {
     elif [[ "$builds" == *" mpi "* ]]; then
       echo "num_gpus=$num_gpus: this Horovod has only MPI and mpirun is not on the PATH:" \
            "install Open MPI, or rebuild Horovod with Gloo (bash scripts/install.sh)" >&2; exit 1
+    elif [ -z "${builds// /}" ]; then
+      echo "num_gpus=$num_gpus on several nodes (HOROVOD_LAUNCH_FLAGS) needs Horovod for" \
+           "TensorFlow in $PYTHON: bash scripts/install.sh builds it" >&2; exit 1
     else
       echo "num_gpus=$num_gpus needs Horovod for TensorFlow with Gloo (horovodrun) in" \
            "$PYTHON: bash scripts/install.sh builds it" >&2; exit 1
     fi
-    cmd=(setsid -w "${cmd[@]}")
-    forwarder=forward_to_ranks
+    if [ "${cmd[0]}" != "$PYTHON" ]; then   # Horovod: ranks in a session of their own
+      cmd=(setsid -w "${cmd[@]}")
+      forwarder=forward_to_ranks
+    fi
   else
     cmd=("$PYTHON" "$@")
   fi

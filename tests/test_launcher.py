@@ -1,6 +1,6 @@
 """scripts/launch_common.sh `launch` with stand-in programs (no TensorFlow, a few seconds):
-which launcher it picks for the Horovod build at hand, and that SIGTERM reaches the ranks
-but not horovodrun."""
+which launcher it picks for the Horovod build at hand (none: one process on every GPU with
+--num_local_devices), and that SIGTERM reaches the ranks but not horovodrun."""
 import os
 import signal
 import subprocess
@@ -105,19 +105,45 @@ def test_mpirun_only_when_horovod_has_mpi(stubs, repo_root):
     assert out.rstrip().endswith(f"{stubs['python']} trainer.py --flag --horovod")
 
 
-@pytest.mark.parametrize("builds, message", [
-    (None, "num_gpus=2 needs Horovod for TensorFlow with Gloo (horovodrun) in {python}: "
-           "bash scripts/install.sh builds it"),
-    (" mpi", "num_gpus=2: this Horovod has only MPI and mpirun is not on the PATH: install "
-             "Open MPI, or rebuild Horovod with Gloo (bash scripts/install.sh)"),
-])
-def test_no_usable_launcher_is_a_one_line_error(stubs, repo_root, builds, message):
-    env = dict(stubs["env"], PATH=f"{stubs['other']}:/usr/bin:/bin")  # mpirun there...
+def test_without_horovod_one_process_trains_on_every_gpu(stubs, repo_root):
+    """Horovod does not import (a plain pip install): one process with --num_local_devices,
+    announced in one line, and it gets the signal."""
+    env = dict(stubs["env"], PATH=f"{stubs['other']}:/usr/bin:/bin")  # mpirun there, unused
+    process = launch(repo_root, env, 2)
+    try:
+        first = wait_for_lines(process, 2)
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert first == ["num_gpus=2 without Horovod: one process on 2 GPUs (--num_local_devices=2, "
+                     "in-graph towers)\n",
+                     "rank none started: trainer.py --flag --num_local_devices=2\n"]
+    assert "rank none got TERM" in out and "mpirun" not in out + err
+    assert process.returncode == 128 + signal.SIGTERM
+
+
+@pytest.mark.parametrize("builds, horovodrun, extra, message", [
+    ("gloo ", False, {},
+     "num_gpus=2 needs Horovod for TensorFlow with Gloo (horovodrun) in {python}: "
+     "bash scripts/install.sh builds it"),
+    (" mpi", True, {},
+     "num_gpus=2: this Horovod has only MPI and mpirun is not on the PATH: install "
+     "Open MPI, or rebuild Horovod with Gloo (bash scripts/install.sh)"),
+    (None, True, {"HOROVOD_LAUNCH_FLAGS": "-H node1:1,node2:1"},
+     "num_gpus=2 on several nodes (HOROVOD_LAUNCH_FLAGS) needs Horovod for TensorFlow in "
+     "{python}: bash scripts/install.sh builds it"),
+], ids=["gloo_without_horovodrun", "mpi_without_mpirun", "several_nodes_without_horovod"])
+def test_no_usable_launcher_is_a_one_line_error(stubs, repo_root, builds, horovodrun, extra,
+                                                message):
+    env = dict(stubs["env"], PATH="/usr/bin:/bin", **extra)
     if builds is not None:
         env["STUB_BUILDS"] = builds
-        env["PATH"] = "/usr/bin:/bin"                                  # ...or not
+    if not horovodrun:
+        os.remove(stubs["venv"] / "horovodrun")
     process = launch(repo_root, env, 2)
     out, err = process.communicate(timeout=30)
     assert process.returncode == 1
     assert err.splitlines() == [message.format(python=stubs["python"])]
-    assert "mpirun" not in out
+    assert "started" not in out

@@ -5,22 +5,39 @@ to that GPU's CPU socket, training/affinity.py), gradients are
 averaged with ring-allreduce (float16-compressed under AMP), variables are broadcast from
 rank 0 at start, and only rank 0 writes checkpoints, summaries and logs. Without it, the same
 object describes a single worker, so the rest of the code never branches on Horovod itself.
+
+With `num_local_devices` N > 1 (no Horovod), the single worker trains N in-graph towers on
+this machine's GPUs (or N logical CPU devices without a GPU; training/towers.py says why
+towers and not MirroredStrategy): `devices` lists them, and `replicas` (ranks x devices) is
+what the learning rate and the global batch scale with, as the number of Horovod ranks does.
 """
 
 import tensorflow as tf
 from absl import logging
 
 from training.affinity import pin_to_gpu
+from training.settings import UsageError
 from training.threads import choose_threads
+from training.towers import local_devices, session_device_count
 
 tf1 = tf.compat.v1
 
 
 class Workers:
-    """rank/size/local_rank and the Horovod hooks, or a single-worker stand-in for them."""
+    """rank/size/local_rank and the Horovod hooks, or a single-worker stand-in for them;
+    `devices`: this process's tower devices (empty: one device, no towers)."""
 
-    def __init__(self, use_horovod=False):
+    def __init__(self, use_horovod=False, num_local_devices=1):
         self.use_horovod = bool(use_horovod)
+        num_local_devices = int(num_local_devices)
+        if num_local_devices < 1:
+            raise UsageError(f"--num_local_devices must be at least 1, got {num_local_devices}")
+        if self.use_horovod and num_local_devices > 1:
+            raise UsageError("--horovod runs one device per rank: pass --horovod (horovodrun "
+                             "-np N) or --num_local_devices=N (one process), not both")
+        # Before anything initialises TensorFlow's devices: without a GPU, the towers are
+        # logical CPU devices, which can only be made before that.
+        self.devices = local_devices(num_local_devices) if num_local_devices > 1 else []
         if self.use_horovod:
             try:
                 import horovod.tensorflow as hvd
@@ -37,11 +54,26 @@ class Workers:
         self._threads_logged = False
         self._pin_cpus()
 
+    @property
+    def num_devices(self):
+        """Devices (towers) of this process: 1 unless --num_local_devices."""
+        return max(1, len(self.devices))
+
+    @property
+    def replicas(self):
+        """Model replicas over the job (ranks x towers): what the learning rate and the
+        global batch scale with."""
+        return self.size * self.num_devices
+
     def _pin_cpus(self):
         """Runs this process's threads on the CPUs of its GPU's socket, as NVIDIA's scripts
-        do; early, so the threads TensorFlow starts later inherit it."""
+        do; early, so the threads TensorFlow starts later inherit it. A process driving
+        several GPUs (towers) spans their sockets and is left alone."""
         if not tf.config.list_physical_devices("GPU"):
             logging.debug("no GPU: CPU affinity left alone")
+            return
+        if self.num_devices > 1:
+            logging.debug("%d tower devices: CPU affinity left alone", self.num_devices)
             return
         pin_to_gpu(self.local_rank)
 
@@ -88,6 +120,8 @@ class Workers:
         config = tf1.ConfigProto(allow_soft_placement=True)
         if self.use_horovod and tf.config.list_physical_devices("GPU"):
             config.gpu_options.visible_device_list = str(self.local_rank)
+        for kind, count in session_device_count(self.devices).items():
+            config.device_count[kind] = count  # towers on logical CPU devices
         # The cores allotted to this rank, not the whole machine (training.threads).
         intra, inter, why = choose_threads(self.local_size(),
                                            bool(tf.config.list_physical_devices("GPU")))

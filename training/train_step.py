@@ -33,9 +33,12 @@ def dropout_seed(seed, rank, micro_step):
     return tf.stack([tf.constant(base, tf.int64), micro_step])
 
 
-def seeded_dropout(settings, micro_step):
-    """Context under which the model's dropout is stateless and keyed by the micro-step."""
-    return stateless_dropout(dropout_seed(settings.seed, settings.rank, micro_step))
+def seeded_dropout(settings, micro_step, tower=0):
+    """Context under which the model's dropout is stateless and keyed by the micro-step.
+    Each tower (`training.towers`) of each rank draws its own masks, as ranks do: the
+    replica's index (rank x towers + tower) goes where the rank does."""
+    replica = settings.rank * max(1, len(settings.devices)) + tower
+    return stateless_dropout(dropout_seed(settings.seed, replica, micro_step))
 
 
 def finite_or_zero(value):
