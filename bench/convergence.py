@@ -483,6 +483,27 @@ def stage_eval(study, data, names):
 
 # ----------------------------------------------------------------------------- main
 
+def missing_packages(names, stages):
+    """What the requested runs and stages import that this Python lacks, as one line (or "").
+
+    Checked before the data stage: a study stopped hours in by a missing package (the peer's
+    LAMB is imported only when its run starts) loses the machine's quiet hours."""
+    import importlib.util
+    needed = {}
+    if "runs" in stages and any(RUNS[name].side == "hf" for name in names):
+        needed.update(torch="torch", transformers="transformers")
+        if "hf-lamb" in names:
+            needed["pytorch_optimizer"] = "pytorch-optimizer"
+    if "report" in stages:
+        needed["matplotlib"] = "matplotlib"
+    absent = [package for module, package in needed.items()
+              if importlib.util.find_spec(module) is None]
+    if not absent:
+        return ""
+    return (f"convergence: {', '.join(absent)} not installed in {sys.executable}: "
+            f"pip install -e '{REPO}[bench]' (or leave the runs that need them out with --runs)")
+
+
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--stages", default=",".join(DEFAULT_STAGES),
@@ -526,6 +547,9 @@ def main(argv=None):
     for name in names:
         if name not in RUNS:
             raise SystemExit(f"convergence: --runs: unknown {name!r} (from {', '.join(RUNS)})")
+    missing = missing_packages(names, stages)
+    if missing:
+        raise SystemExit(missing)
     work_dir = args.work_dir + ("-quick" if args.quick and args.work_dir ==
                                 parse_args([]).work_dir else "")
     results_dir = args.results_dir
