@@ -268,7 +268,7 @@ def _logged(monkeypatch, micro_batches, ranks=2, batch=4):
     clock = _Clock()
     monkeypatch.setattr(hooks.time, "time", clock)
     hook = hooks.StepLoggingHook({}, 1, batch * ranks, flops_per_sequence=1e12,
-                                 warmup_logs=0, is_chief=False, ranks=ranks)
+                                 warmup_logs=0, warmup_steps=0, is_chief=False, ranks=ranks)
     hook.begin()
     for number, (seconds, values) in enumerate(micro_batches):
         hook.before_run(None)
@@ -392,7 +392,8 @@ def test_skipped_steps_hold_the_progress_line_and_its_eta(monkeypatch):
     from training import hooks
     clock = _Clock()
     monkeypatch.setattr(hooks.time, "time", clock)
-    hook = hooks.StepLoggingHook({}, 1, 8, warmup_logs=0, is_chief=True, total_steps=10)
+    hook = hooks.StepLoggingHook({}, 1, 8, warmup_logs=0, warmup_steps=0, is_chief=True,
+                                 total_steps=10)
     shown = []
     hook.begin()
     hook._progress = types.SimpleNamespace(show=shown.append, close=lambda: None)

@@ -27,6 +27,56 @@ INSTANCES, REAL_TOKENS = "instances", "real_tokens"
 _COUNTED = (INSTANCES, REAL_TOKENS)
 
 
+class CheckpointWrites:
+    """Seconds this process has spent writing checkpoints during training, and how many.
+
+    A checkpoint written every `--save_checkpoints_steps` lands inside a step interval of
+    `StepLoggingHook`; a run whose interval held a write would report that write as slow
+    steps. The write is timed exactly (`timers()`: two saving listeners around the others,
+    `training.resume`), and the hook takes it out of its steady-state rate and reports it as a
+    one-time cost of its own. One clock per process (`CHECKPOINT_WRITES`): the listeners and
+    the hook are built in different places and never see each other."""
+
+    def __init__(self):
+        self.seconds = 0.0
+        self.count = 0
+        self._started = None
+
+    def timers(self):
+        """(first, last) listeners: put `first` before every other saving listener and
+        `last` after them, so the time includes their checks (disk space, input state)."""
+        clock = self
+
+        class _Start(tf1.train.CheckpointSaverListener):
+            def before_save(self, session, global_step_value):
+                clock._started = time.time()
+
+        class _Stop(tf1.train.CheckpointSaverListener):
+            def after_save(self, session, global_step_value):
+                if clock._started is not None:
+                    clock.seconds += time.time() - clock._started
+                    clock.count += 1
+                    clock._started = None
+
+        return _Start(), _Stop()
+
+
+CHECKPOINT_WRITES = CheckpointWrites()
+
+
+def process_start_time():
+    """Unix time at which this process started (Linux: /proc), or None where unknown: the
+    start-up cost of a run counts from there (imports, graph building included)."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as reader:
+            ticks = int(reader.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/stat", encoding="ascii") as reader:
+            boot = next(int(line.split()[1]) for line in reader if line.startswith("btime"))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
 class StepLoggingHook(tf1.train.SessionRunHook):
     """Logs every `every_n_steps` optimizer steps (rank 0 only).
 
@@ -44,8 +94,17 @@ class StepLoggingHook(tf1.train.SessionRunHook):
     `real_tokens_per_second`, the rate comparable between packed and unpacked data. Both
     counts are this rank's, times `ranks` (ranks read equal batches of the same kind of
     data, so this is exact for one rank and an estimate for several that costs no
-    allreduce). The first `warmup_logs` intervals (graph compilation, XLA, cache warm-up)
-    are left out of the final average.
+    allreduce).
+
+    The summary's averages are the steady-state rates a long run keeps, which users compare
+    with NVIDIA's tables: one-time costs are left out and reported apart (`summary`):
+    warm-up, i.e. the first `warmup_logs` intervals and every interval that starts within
+    the run's first `warmup_steps` optimizer steps (graph executors are built for each new
+    set of fetches — the first step fetches summaries, the second does not —, XLA compiles,
+    caches fill); and checkpoint writes during training, timed exactly by
+    `CHECKPOINT_WRITES` and subtracted from the interval that held them. The start-up before
+    the first step (imports, building, session, restore, the step-0 checkpoint) is counted
+    from `started_at` (default: this process's start).
 
     With `total_steps`, each log also shows `step N/total  loss  seq/s  ETA` on the console
     (NVIDIA-style; rewritten in place on a terminal, one line per log otherwise), from the
@@ -55,7 +114,7 @@ class StepLoggingHook(tf1.train.SessionRunHook):
 
     def __init__(self, tensors, every_n_steps, global_batch_size, flops_per_sequence=None,
                  peak_flops=None, dllog_path=None, warmup_logs=1, is_chief=True,
-                 total_steps=None, ranks=1):
+                 total_steps=None, ranks=1, warmup_steps=2, started_at=None):
         self._tensors = tensors
         self._ranks = ranks
         self._every = max(1, int(every_n_steps))
@@ -64,6 +123,8 @@ class StepLoggingHook(tf1.train.SessionRunHook):
         self._peak_flops = peak_flops
         self._dllog_path = dllog_path
         self._warmup_logs = warmup_logs
+        self._warmup_steps = max(0, int(warmup_steps))
+        self._started_at = started_at or process_start_time() or time.time()
         self._is_chief = is_chief
         self._total_steps = total_steps
         self.records = []
@@ -76,6 +137,12 @@ class StepLoggingHook(tf1.train.SessionRunHook):
         self._measured_seconds = 0.0
         self._measured = {"sequences": 0.0, "rows": 0.0, REAL_TOKENS: 0.0}
         self._measured_steps = 0
+        self._measured_from = self._measured_to = None
+        self._overhead = {"warmup_seconds": 0.0, "checkpoint_seconds": 0.0}
+        self._all = {"seconds": 0.0, "sequences": 0.0}
+        self._checkpoints = 0
+        self._first_step = None
+        self._first_run_time = None
         self._last_step = None
         self._start = time.time()
         self._last_values = {}
@@ -86,6 +153,9 @@ class StepLoggingHook(tf1.train.SessionRunHook):
     def before_run(self, run_context):
         if self._last_time is None:
             self._last_time = time.time()
+            self._writes_mark = (CHECKPOINT_WRITES.seconds, CHECKPOINT_WRITES.count)
+            if self._first_run_time is None:
+                self._first_run_time = self._last_time
         return tf1.train.SessionRunArgs(self._tensors)
 
     def after_run(self, run_context, run_values):
@@ -103,6 +173,7 @@ class StepLoggingHook(tf1.train.SessionRunHook):
         step = int(values["global_step"])
         if self._last_step is None:  # the step this run started from
             self._last_step = step - 1 if values["is_optimizer_step"] else step
+            self._first_step = self._last_step
         if values["is_optimizer_step"] and step % self._every == 0:
             if step > self._last_step:
                 self._emit(values, step)
@@ -111,7 +182,11 @@ class StepLoggingHook(tf1.train.SessionRunHook):
 
     def _emit(self, values, step):
         now = time.time()
-        seconds = max(now - self._last_time, 1e-9)
+        written = CHECKPOINT_WRITES.seconds - self._writes_mark[0]
+        self._checkpoints += CHECKPOINT_WRITES.count - self._writes_mark[1]
+        self._overhead["checkpoint_seconds"] += written
+        self._all["seconds"] += now - self._last_time
+        seconds = max(now - self._last_time - written, 1e-9)
         rows = self._micro_batches * self._global_batch
         sequences = (self._counts[INSTANCES] * self._ranks if INSTANCES in self._counts
                      else rows)
@@ -132,7 +207,15 @@ class StepLoggingHook(tf1.train.SessionRunHook):
                 record["mfu"] = record["tflops"] * 1e12 / self._peak_flops
         self._logs += 1
         steps = max(step - self._last_step, 1)
-        if self._logs > self._warmup_logs:
+        self._all["sequences"] += sequences
+        warm_up = (self._logs <= self._warmup_logs
+                   or self._last_step < self._first_step + self._warmup_steps)
+        if warm_up:
+            self._overhead["warmup_seconds"] += seconds
+        else:
+            if self._measured_from is None:
+                self._measured_from = self._last_step + 1
+            self._measured_to = step
             self._measured_seconds += seconds
             self._measured["sequences"] += sequences
             self._measured["rows"] += rows
@@ -150,6 +233,7 @@ class StepLoggingHook(tf1.train.SessionRunHook):
                 self._progress.show(self._progress_text(record, seconds / steps))
         self._sums, self._count, self._micro_batches, self._counts = {}, 0, 0, {}
         self._last_time, self._last_step = now, step
+        self._writes_mark = (CHECKPOINT_WRITES.seconds, CHECKPOINT_WRITES.count)
 
     def _progress_text(self, record, interval_seconds_per_step):
         """`step 120/1000  loss 7.12  312.4 seq/s  ETA 0:04:12` (packed records: `... seq/s
@@ -180,7 +264,11 @@ class StepLoggingHook(tf1.train.SessionRunHook):
         return "  ".join([f"step {step}/{self._total_steps}", held, self._eta(step)])
 
     def summary(self):
-        """Totals of the run: average throughput without warm-up, time, final loss."""
+        """Totals of the run: the steady-state averages (`average_*_per_second`, over the
+        steps `steady_steps`, checkpoint writes taken out), the rate with every cost in
+        (`average_sequences_per_second_with_overhead`, first step to last, as NVIDIA's
+        "with overhead"), the one-time costs apart (`startup_seconds`, `warmup_seconds`,
+        `checkpoint_seconds` for `checkpoints_written` writes), time and final loss."""
         result = {"total_seconds": time.time() - self._start}
         if self._measured_seconds > 0:
             measured = self.records[-1]  # which rates this run reports
@@ -189,6 +277,14 @@ class StepLoggingHook(tf1.train.SessionRunHook):
                               (REAL_TOKENS, "real_tokens_per_second")):
                 if key in measured:
                     result[f"average_{key}"] = self._measured[name] / self._measured_seconds
+            result["steady_steps"] = f"{self._measured_from}-{self._measured_to}"
+        if self._all["seconds"] > 0:
+            result["average_sequences_per_second_with_overhead"] = (
+                self._all["sequences"] / self._all["seconds"])
+        if self._first_run_time is not None:
+            result["startup_seconds"] = max(self._first_run_time - self._started_at, 0.0)
+            result.update(self._overhead)
+            result["checkpoints_written"] = self._checkpoints
         if self.records:
             last = self.records[-1]
             result.update({k: v for k, v in last.items() if k.endswith("loss")})

@@ -26,7 +26,7 @@ from training import data_order, input_state
 from training.disk_space import (CheckpointSpaceListener, remove_partial_writes,
                                  remove_unrecorded_checkpoints)
 from training.failures import explained_failures
-from training.hooks import PreemptionHook
+from training.hooks import CHECKPOINT_WRITES, PreemptionHook
 from training.input_state import InputStateHook, InputStateStore, stream_id
 from training.records import PIPELINE_VERSION
 from training.train_step import MICRO_STEP_NAME
@@ -123,7 +123,10 @@ def train_resuming(estimator, training_input, output_dir, max_steps, workers,
         hooks.append(bad_records)
     # Only where the Estimator saves checkpoints (rank 0): the space check, then the input
     # state, both before each model checkpoint.
-    listeners = [space, state_hook.listener] if state_hook.listener else None
+    # The first and last listeners time each write (training.hooks.CHECKPOINT_WRITES): the
+    # step log reports it apart instead of as slow steps.
+    first, last = CHECKPOINT_WRITES.timers()
+    listeners = [first, space, state_hook.listener, last] if state_hook.listener else None
     with explained_failures(output_dir, training_input.rank_files(), training_input.spec,
                             training_input.value_ranges, space,
                             lambda: remove_leftovers(output_dir, [store.directory],
