@@ -6,6 +6,8 @@ averaged with ring-allreduce (float16-compressed under AMP), variables are broad
 rank 0 at start, and only rank 0 writes checkpoints, summaries and logs. Without it, the same
 object describes a single worker, so the rest of the code never branches on Horovod itself.
 """
+import os
+import socket
 
 import tensorflow as tf
 from absl import logging
@@ -31,6 +33,12 @@ class Workers:
             hvd.init()
             self._hvd = hvd
             self.rank, self.size, self.local_rank = hvd.rank(), hvd.size(), hvd.local_rank()
+            # One line a rank (its log file): where each rank ran, for checking a multi-host
+            # layout after the fact. HOROVOD_HOSTNAME is the host as horovodrun's -H names it.
+            logging.info("rank %d of %d on host %s: local rank %d of %d, cross rank %d of %d",
+                         self.rank, self.size,
+                         os.environ.get("HOROVOD_HOSTNAME") or socket.gethostname(),
+                         self.local_rank, hvd.local_size(), hvd.cross_rank(), hvd.cross_size())
         else:
             self._hvd = None
             self.rank, self.size, self.local_rank = 0, 1, 0
