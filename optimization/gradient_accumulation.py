@@ -16,6 +16,13 @@ from optimization import state_names
 from optimization.decoupled_weight_decay import variable_name
 
 
+# Graph collection [micro-batches a window holds (int64 constant), micro-batches held now
+# (int64, a read of the counter)], empty without accumulation. A hook that must act at the
+# window's end (preemption) evaluates it once when the session starts and then follows the
+# window itself, so it knows before a run whether that run closes the window.
+WINDOW_COLLECTION = "bert_accumulation_window"
+
+
 class GradientAccumulator:
     """Float32 gradient buffers for ``variables`` plus a micro-batch counter."""
 
@@ -33,6 +40,10 @@ class GradientAccumulator:
                     self.buffers.append(tf.compat.v1.Variable(
                         tf.zeros(var.shape, tf.float32), name=state_names.GRAD_ACCUM,
                         trainable=False, use_resource=True))
+        if not tf.executing_eagerly():
+            tf.compat.v1.add_to_collection(WINDOW_COLLECTION,
+                                           tf.constant(self.num_steps, tf.int64))
+            tf.compat.v1.add_to_collection(WINDOW_COLLECTION, self.local_step.read_value())
 
     def add(self, grads):
         """Adds one micro-batch's gradients; returns a bool tensor, True when the

@@ -119,6 +119,9 @@ def _run(flags, workers):
             train_files, flags.max_seq_length, flags.max_predictions_per_seq, config,
             dynamic_flags)
         check_rank_records(train_files, record_counts, workers.size)
+        mine = train_files[workers.rank::workers.size]   # training_input's shard by files
+        logging.info("rank %d reads %d training file(s): %s", workers.rank, len(mine),
+                     ", ".join(mine[:4]) + (", ..." if len(mine) > 4 else ""))
         train_input = training_input(  # one batch for all towers: [devices * batch, ...]
             train_files, flags.train_batch_size * workers.num_devices, flags.max_seq_length,
             flags.max_predictions_per_seq, flags.seed, workers.size, workers.rank,

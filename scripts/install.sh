@@ -11,8 +11,9 @@
 #   second run, even from a fresh clone, installs it in seconds.
 # * --oracles adds the test-only references (torch CPU, transformers, all-MiniLM-L6-v2).
 # * --test-services apt-installs slurm-wlm and munge (a real one-node Slurm for
-#   tests/test_slurm.py) when missing, as root on Debian/Ubuntu; where that cannot be done the
-#   install goes on and those tests skip, saying why.
+#   tests/test_slurm.py) and openssh-server (ssh "hosts" on loopback addresses for
+#   tests/test_multihost.py) when missing, as root on Debian/Ubuntu; where that cannot be done
+#   the install goes on and those tests skip, saying why.
 # Idempotent: a stamp file records what was installed; a rerun with nothing changed
 # returns at once.
 set -euo pipefail
@@ -40,21 +41,24 @@ log() { echo "[install] $*"; }
 # System packages for tests, not for the venv (so outside the stamp below): nothing to do
 # once the programs are there; never fails the install (the tests that need them skip).
 install_test_services() {
-  local program missing=0
+  local program packages=()
   for program in slurmctld slurmd sbatch scontrol munged; do
-    command -v "$program" >/dev/null 2>&1 || [ -x "/usr/sbin/$program" ] || missing=1
+    if ! command -v "$program" >/dev/null 2>&1 && [ ! -x "/usr/sbin/$program" ]; then
+      packages=(slurm-wlm munge); break
+    fi
   done
-  [ "$missing" = 1 ] || return 0
+  [ -x /usr/sbin/sshd ] || packages+=(openssh-server)
+  [ ${#packages[@]} -gt 0 ] || return 0
   if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-    log "slurm-wlm/munge not installed and cannot be here (needs root and apt-get):" \
-        "the real-Slurm tests will skip"
+    log "${packages[*]} not installed and cannot be here (needs root and apt-get):" \
+        "the real-Slurm / multi-host ssh tests will skip"
     return 0
   fi
-  log "installing slurm-wlm and munge (apt-get) for the real-Slurm tests"
+  log "installing ${packages[*]} (apt-get) for the real-Slurm / multi-host ssh tests"
   local output
   if ! output=$( { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-                   --no-install-recommends slurm-wlm munge; } 2>&1 ); then
-    log "apt-get could not install slurm-wlm/munge (the real-Slurm tests will skip):" \
+                   --no-install-recommends "${packages[@]}"; } 2>&1 ); then
+    log "apt-get could not install ${packages[*]} (the tests needing them will skip):" \
         "$(echo "$output" | tail -n 1)"
   fi
   return 0

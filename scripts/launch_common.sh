@@ -1,6 +1,14 @@
 # Sourced by the run scripts: precision and XLA flags, and the Horovod launcher (which
 # turns SIGTERM/SIGINT into a clean, resumable stop of every rank). `launch` expects
 # num_gpus to be set by the caller (PYTHON defaults to the project's .venv).
+#
+# Hosts (multi-host, tested over ssh): by default one host, `horovodrun --gloo -H
+# localhost:$num_gpus`. HOROVOD_LAUNCH_FLAGS replaces those flags, e.g.
+#   HOROVOD_LAUNCH_FLAGS="--gloo -H node1:8,node2:8 --network-interface ib0"
+# (scripts/run.sub builds it from the Slurm job's nodes); horovodrun starts the ranks of a
+# host that is not this machine through `ssh HOST` (passwordless, the first `ssh` on the
+# PATH, the same paths on every host: a shared file system). SSH_PORT, when set, is the
+# port of the hosts' sshd (passed as horovodrun -p); a user or key go in ~/.ssh/config.
 
 ROOT=${ROOT:-"$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"}
 PYTHON="${PYTHON:-$( [ -x "$ROOT/.venv/bin/python" ] && echo "$ROOT/.venv/bin/python" || echo python3 )}"
@@ -40,7 +48,11 @@ xla_flags() {  # true|false -> XLA_FLAGS_ARG (the commands' default is NVIDIA's:
 # in a session of its own (out of reach of signals sent to our process group, e.g. Ctrl-C)
 # and sends SIGTERM to the rank processes itself. Ranks on other nodes need no signal: the
 # ranks agree through an allreduce. Processes started by `launch` carry BERT_LAUNCHER_PID so
-# an outer script (scripts/run.sub) can forward a signal to the launcher.
+# an outer script (scripts/run.sub) can forward a signal to the launcher, and
+# BERT_LAUNCH_ID (this host, the launcher's pid, a random number; horovodrun passes the
+# environment on to remote ranks too) so that, when no rank runs on this machine (every
+# host of the list is reached through ssh, e.g. a launch from a login node), the launcher
+# finds the ranks of the first host over ssh and signals them there (`_forward_over_ssh`).
 
 PREEMPTED_BY=""   # TERM or INT once this shell was asked to stop
 
@@ -102,6 +114,76 @@ _signal_once() {
 forward_to_ranks() {
   local _RANK_VARS; _RANK_VARS=$(_rank_variables)
   _signal_once TERM $(_topmost_below "$1" _is_rank)
+  _forward_over_ssh
+}
+
+# _launch_flag NAME...: the value of the first of these horovodrun flags among the flags
+# `launch` uses ("-H a:2,b:2" or "--hosts=a:2,b:2"); nothing when absent.
+_launch_flag() {
+  local words=($_LAUNCH_FLAGS) i name
+  for ((i = 0; i < ${#words[@]}; i++)); do
+    for name in "$@"; do
+      [ "${words[i]}" = "$name" ] && { echo "${words[i + 1]:-}"; return; }
+      [[ "${words[i]}" == "$name="* ]] && { echo "${words[i]#*=}"; return; }
+    done
+  done
+  return 0   # absent is no error (the run scripts use set -e)
+}
+
+# _first_remote_host: "HOST SLOTS", the first host of the -H list, when no host of the list
+# is this machine (nothing otherwise), decided as horovodrun decides to use ssh (is the
+# host's address one of this machine's interface addresses?) by $PYTHON's Horovod.
+_first_remote_host() {
+  local hosts entry; hosts=$(_launch_flag -H --hosts)
+  [ -n "$hosts" ] || return 0
+  for entry in ${hosts//,/ }; do
+    case "${entry%%:*}" in localhost|127.0.0.1|"${HOSTNAME:-}"|"${HOSTNAME%%.*}") return 0 ;; esac
+  done
+  "$PYTHON" -c '
+import sys
+from horovod.runner.util import network
+local = set(network.get_local_host_addresses())
+hosts = [entry.partition(":") for entry in sys.argv[1].split(",") if entry]
+if all(network.resolve_host_address(host) not in local for host, _, _ in hosts):
+    print(hosts[0][0], hosts[0][2] or 1)' "$hosts" 2>/dev/null || true
+}
+
+# Runs on a host through ssh (sh -s LAUNCH_ID PID...): SIGTERM to this launch's ranks there
+# (BERT_LAUNCH_ID in their environment, HOROVOD_RANK not inherited from their parent) that
+# are not among the PIDs (signalled before); prints the pids it signalled.
+_REMOTE_SIGNAL_SCRIPT='id=$1; shift; done_pids=" $* "
+for environ in /proc/[0-9]*/environ; do
+  pid=${environ#/proc/}; pid=${pid%/environ}
+  case "$done_pids" in *" $pid "*) continue ;; esac
+  vars=$(tr "\000" "\n" < "$environ" 2>/dev/null) || continue
+  printf "%s\n" "$vars" | grep -qx "BERT_LAUNCH_ID=$id" || continue
+  printf "%s\n" "$vars" | grep -q "^HOROVOD_RANK=" || continue
+  parent=$(sed "s/.*) [A-Za-z] \([0-9]*\) .*/\1/" "/proc/$pid/stat" 2>/dev/null)
+  tr "\000" "\n" < "/proc/$parent/environ" 2>/dev/null | grep -q "^HOROVOD_RANK=" && continue
+  kill -TERM "$pid" 2>/dev/null && echo "$pid"
+done'
+_LAUNCH_FLAGS=""    # horovodrun's host flags, set by `launch`
+_REMOTE_HOST=""     # "HOST SLOTS" once looked up, "-" when every rank can be signalled here
+_REMOTE_PIDS=()     # the pids signalled there
+
+# When every rank runs on other hosts, only horovodrun's `ssh` clients are below this shell
+# (sshd started the ranks): SIGTERM goes over ssh to the ranks of the first host (the
+# allreduce tells the others), again on each call until all its slots got it (ranks that
+# were still starting).
+_forward_over_ssh() {
+  [ -n "$_REMOTE_HOST" ] || _REMOTE_HOST=$(_first_remote_host)
+  [ -n "$_REMOTE_HOST" ] || _REMOTE_HOST=-
+  [ "$_REMOTE_HOST" != - ] || return 0
+  local host=${_REMOTE_HOST% *} slots=${_REMOTE_HOST#* } port identity pid
+  (( ${#_REMOTE_PIDS[@]} < slots )) || return 0
+  port=${SSH_PORT:-$(_launch_flag -p --ssh-port)}
+  identity=$(_launch_flag -i --ssh-identity-file)
+  for pid in $(printf '%s\n' "$_REMOTE_SIGNAL_SCRIPT" | ssh -o PasswordAuthentication=no \
+      -o StrictHostKeyChecking=no -o ConnectTimeout=10 ${port:+-p "$port"} \
+      ${identity:+-i "$identity"} "$host" sh -s "$BERT_LAUNCH_ID" "${_REMOTE_PIDS[@]}" \
+      2>/dev/null); do
+    _REMOTE_PIDS+=("$pid")
+  done
 }
 forward_to_child() { _signal_once TERM "$1"; }
 _has_launcher() { _environ_has "$1" BERT_LAUNCHER_PID=; }
@@ -159,7 +241,8 @@ launch() {
       cmd=("$PYTHON" "$@" --num_local_devices="$num_gpus")
     elif [[ "$builds" == *" gloo "* ]] && [ -x "$hvd" ]; then
       # HOROVOD_LAUNCH_FLAGS replaces the single-node default (scripts/run.sub sets the hosts).
-      cmd=("$hvd" -np "$num_gpus" ${HOROVOD_LAUNCH_FLAGS:---gloo -H localhost:$num_gpus}
+      _LAUNCH_FLAGS=${HOROVOD_LAUNCH_FLAGS:---gloo -H localhost:$num_gpus}
+      cmd=("$hvd" -np "$num_gpus" $_LAUNCH_FLAGS ${SSH_PORT:+-p "$SSH_PORT"}
            "$PYTHON" "$@" --horovod)
     elif [[ "$builds" == *" mpi "* ]] && command -v mpirun >/dev/null 2>&1; then
       cmd=(mpirun -np "$num_gpus" --allow-run-as-root -bind-to none -map-by slot
@@ -183,6 +266,7 @@ launch() {
   fi
   local launcher=$BASHPID   # this shell: expanded after `&`, $BASHPID is the child's
   catch_preemption
-  BERT_LAUNCHER_PID=$launcher "${cmd[@]}" &
+  BERT_LAUNCH_ID="${HOSTNAME:-host}-$launcher-$RANDOM$RANDOM"
+  BERT_LAUNCHER_PID=$launcher BERT_LAUNCH_ID=$BERT_LAUNCH_ID "${cmd[@]}" &
   supervise $! "$forwarder"
 }

@@ -158,14 +158,15 @@ def checkpoint_tensors(path):
     return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
 
 
-def assert_stopped_together_at_a_boundary(code, output, folder):
-    """Both ranks agreed and exited 0, and the checkpoint closes an accumulation window."""
+def assert_stopped_together_at_a_boundary(code, output, folder, ranks=2):
+    """All `ranks` ranks agreed and exited 0, and the checkpoint closes an accumulation
+    window."""
     assert code == 128 + signal.SIGTERM, output[-3000:]
     assert "preempted by SIGTERM" in output
     assert "exit with status code" not in output, output[-3000:]   # horovodrun: a rank failed
-    agreed = dict(re.findall(r"rank (\d): preemption agreed by all ranks.*\((\d+) micro-batches "
+    agreed = dict(re.findall(r"rank (\d+): preemption agreed by all ranks.*\((\d+) micro-batches "
                              r"after", output))
-    assert set(agreed) == {"0", "1"}, output[-3000:]
+    assert set(agreed) == {str(rank) for rank in range(ranks)}, output[-3000:]
     assert "preempted: saved" in output
     state = checkpoint_tensors(tf.train.latest_checkpoint(str(folder)))
     assert state["micro_step"] % ACCUMULATION == 0

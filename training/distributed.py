@@ -11,6 +11,8 @@ this machine's GPUs (or N logical CPU devices without a GPU; training/towers.py 
 towers and not MirroredStrategy): `devices` lists them, and `replicas` (ranks x devices) is
 what the learning rate and the global batch scale with, as the number of Horovod ranks does.
 """
+import os
+import socket
 
 import tensorflow as tf
 from absl import logging
@@ -48,6 +50,12 @@ class Workers:
             hvd.init()
             self._hvd = hvd
             self.rank, self.size, self.local_rank = hvd.rank(), hvd.size(), hvd.local_rank()
+            # One line a rank (its log file): where each rank ran, for checking a multi-host
+            # layout after the fact. HOROVOD_HOSTNAME is the host as horovodrun's -H names it.
+            logging.info("rank %d of %d on host %s: local rank %d of %d, cross rank %d of %d",
+                         self.rank, self.size,
+                         os.environ.get("HOROVOD_HOSTNAME") or socket.gethostname(),
+                         self.local_rank, hvd.local_size(), hvd.cross_rank(), hvd.cross_size())
         else:
             self._hvd = None
             self.rank, self.size, self.local_rank = 0, 1, 0

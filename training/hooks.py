@@ -13,6 +13,7 @@ from absl import logging
 
 from cli.console import SHOW
 from cli.progress import ProgressLine, format_duration
+from optimization.gradient_accumulation import WINDOW_COLLECTION
 from training.train_step import OPTIMIZER_STEP_COLLECTION
 
 tf1 = tf.compat.v1
@@ -313,15 +314,21 @@ class PreemptionHook(tf1.train.SessionRunHook):
 
     Why agree and why wait for the window's end: ranks receive the signal at different
     micro-batches (or only some of them receive it), and a rank that stopped alone would
-    leave the others blocked in their next allreduce. So every micro-batch each rank adds
-    its own "signal received" flag (0 or 1) to a scalar allreduce (sum), fetched in the same
-    run as the training op, and all ranks see the same total in the same micro-batch. They
-    stop at the first micro-batch where that total is positive and the micro-batch closed an
-    accumulation window (`is_optimizer_step`, from OPTIMIZER_STEP_COLLECTION): a checkpoint
-    taken mid-window would hold a partial gradient sum, and with
-    --allreduce_post_accumulation only rank 0's share of it. A scalar allreduce per
-    micro-batch costs nothing next to a BERT micro-batch. With one worker the flag is just
-    the local one.
+    leave the others blocked in their next allreduce. A checkpoint taken mid-window would
+    hold a partial gradient sum (with --allreduce_post_accumulation only rank 0's share of
+    it), so a stop can only happen where a micro-batch closes a window. So each rank adds its
+    own "signal received" flag (0 or 1) to a scalar allreduce (sum), fetched in the same run
+    as the training op, and all ranks stop after the run where that total is positive.
+
+    Why only in the runs that close a window (`WINDOW_COLLECTION`: its size and the
+    micro-batches held when the session starts; the hook then counts, checked against
+    `is_optimizer_step` from OPTIMIZER_STEP_COLLECTION): that is the only place a stop can
+    happen, so a signal seen mid-window stops the ranks at the same boundary as a check every
+    micro-batch would. A check every micro-batch made a synchronization point of every
+    micro-batch: with --allreduce_post_accumulation the ranks otherwise meet once a window,
+    and at 32+ ranks a scalar allreduce costs ~2(n-1) network latencies plus Horovod's
+    negotiation, and each meeting waits for the slowest rank's jitter (bench/README.md,
+    bench/preemption_allreduce.py). With one worker the flag is just the local one.
     """
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -342,20 +349,21 @@ class PreemptionHook(tf1.train.SessionRunHook):
 
     def begin(self):
         self._global_step = tf1.train.get_global_step()
-        # A placeholder fed on every run, not placeholder_with_default: with an unfed
-        # default, TensorFlow's graph optimizer constant-folds the allreduce, i.e. runs the
-        # collective while it builds an executor for a new set of fetches. The chief builds
-        # executors the other ranks do not (its first run also fetches summaries), so its
-        # folded allreduce waited forever for peers that never joined (seen: a hang at the
-        # second micro-batch).
+        # A placeholder fed on every run that fetches it, not placeholder_with_default: with
+        # an unfed default, TensorFlow's graph optimizer constant-folds the allreduce, i.e.
+        # runs the collective while it builds an executor for a new set of fetches. The
+        # chief builds executors the other ranks do not (its first run also fetches
+        # summaries), so its folded allreduce waited forever for peers that never joined
+        # (seen: a hang at the second micro-batch).
         self._local_flag = tf1.placeholder(tf.float32, [], name="preemption_signal")
         self._agreed = self._workers.sum_over_ranks(self._local_flag)
         boundary = tf1.get_collection(OPTIMIZER_STEP_COLLECTION)
-        # A model_fn without gradient accumulation need not publish the tensor: then
-        # every micro-batch is an optimizer step.
-        self._fetches = {"agreed": self._agreed}
-        if boundary:
-            self._fetches["boundary"] = boundary[0]
+        # A model_fn without gradient accumulation publishes neither: then every
+        # micro-batch is an optimizer step.
+        self._boundary = {"boundary": boundary[0]} if boundary else {}
+        self._window_tensors = tf1.get_collection(WINDOW_COLLECTION)[:2]
+        self._window, self._held = 1, 0
+        self._checking = self._signalled_before = False
         self._waited = 0
         for sig in self.SIGNALS:
             try:
@@ -363,17 +371,38 @@ class PreemptionHook(tf1.train.SessionRunHook):
             except ValueError:  # not the main thread: leave signals alone
                 pass
 
+    def after_create_session(self, session, coord):
+        # Local reads (no collective): every rank restored the same counter, so all ranks
+        # follow the same windows and fetch the allreduce in the same runs.
+        if len(self._window_tensors) == 2:
+            window, held = session.run(self._window_tensors)
+            self._window, self._held = max(1, int(window)), int(held)
+
     def before_run(self, run_context):
-        # The flag set by the handler between two runs enters the very next allreduce.
+        # Only a run that closes the window fetches the allreduce, with the flag as the
+        # handler left it before the run.
+        self._checking = self._held + 1 >= self._window
+        self._signalled_before = self.received is not None
+        if not self._checking:
+            return tf1.train.SessionRunArgs(self._boundary)
         flag = 0.0 if self.received is None else 1.0
-        return tf1.train.SessionRunArgs(self._fetches, feed_dict={self._local_flag: flag})
+        return tf1.train.SessionRunArgs(dict(self._boundary, agreed=self._agreed),
+                                        feed_dict={self._local_flag: flag})
 
     def after_run(self, run_context, run_values):
         results = run_values.results
-        if results["agreed"] <= 0:
+        closed = bool(results.get("boundary", True))
+        if closed != self._checking:
+            # The count drifted from the training op's (not expected): follow the op. Every
+            # rank sees the same, so the runs that fetch the allreduce stay the same.
+            logging.warning("rank %d: accumulation window count out of step with the "
+                            "training op; following the op", self._workers.rank)
+        self._held = 0 if closed else self._held + 1
+        if not closed:
+            if self._signalled_before:
+                self._waited += 1   # a micro-batch run to reach the window's end
             return
-        if not results.get("boundary", True):
-            self._waited += 1
+        if not self._checking or results["agreed"] <= 0:
             return
         self.stopped = True
         if self.received is None:

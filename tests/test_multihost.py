@@ -1,0 +1,173 @@
+"""Two hosts x 2 ranks through our launcher, over ssh (multi-host, as scripts/run.sub runs
+it): `bash scripts/run_pretraining_lamb_phase1.sh` with HOROVOD_LAUNCH_FLAGS as run.sub
+builds it for nodes 127.0.0.2 and 127.0.0.3 (tests/ssh_hosts.py: a private sshd on those
+loopback addresses; horovodrun starts every rank through ssh) and SSH_PORT for its port.
+
+Checked from the run's own log files: the ranks' layout (local ranks 0 and 1 on each host,
+cross rank = host index), the thread choice made per host (2 ranks a node, not 4), each
+rank reading its own file; only rank 0 writes checkpoints, summaries and the dllog (the
+others only their own log file and input-pipeline state); the
+final weights are those of a one-host 4-rank run on the same static records, bit for bit.
+For that both runs set HOROVOD_FUSION_THRESHOLD=0: with tensor fusion, which gradients share
+a fusion buffer depends on timing, an element's place in the buffer decides where Gloo's ring
+starts summing it, and a sum of 4 floats in another order can differ in the last bit (seen
+with fusion on: a one-host and a two-host run differed by ~1e-9 in 136 of 190 tensors;
+with 2 ranks a + b = b + a, so the 2-rank tests are exact anyway). Without fusion each
+gradient is reduced alone, in an order fixed by the ranks, whichever host they are on.
+SIGTERM to the launcher, none of whose ranks runs on its machine, reaches them over ssh:
+all four stop at one accumulation boundary, rank 0 saves, and the rerun resumes to
+exactly the uninterrupted weights."""
+import os
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from pretraining_records import write_random_records
+from ssh_hosts import ssh_hosts  # noqa: F401 (fixture)
+from test_preemption import (ACCUMULATION, PHASE1_STEPS, TRAIN_STEPS,  # noqa: F401 (horovod)
+                             assert_stopped_together_at_a_boundary, checkpoint_tensors, horovod,
+                             preempt, run_to_end, script_env)
+
+pytestmark = [pytest.mark.horovod, pytest.mark.slow]
+
+RANKS, PER_HOST = 4, 2
+BATCH = 16
+# NVIDIA's 15 positional arguments: batch 16/2, eval 4, lr 1e-3/5e-4, fp32, no XLA, 4 GPUs,
+# warm-up 2/1, 10 steps, checkpoint every 1000, accumulation 4/4, model name (config: env).
+POSITIONAL = [str(BATCH), "2", "4", "1e-3", "5e-4", "fp32", "false", str(RANKS), "2", "1",
+              str(TRAIN_STEPS), "1000", str(ACCUMULATION), str(ACCUMULATION), "base"]
+PHASE1 = ["bash", "scripts/run_pretraining_lamb_phase1.sh"] + POSITIONAL
+LAYOUT = re.compile(r"rank (\d+) of (\d+) on host (\S+): local rank (\d+) of (\d+), "
+                    r"cross rank (\d+) of (\d+)")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """Phase-1 shaped static records, one file per rank, and a tiny BERT config."""
+    from modeling import named_config
+    root = tmp_path_factory.mktemp("multihost")
+    for split, files, count in (("training", RANKS, 24), ("test", 1, 8)):
+        (root / split).mkdir()
+        for index in range(files):
+            write_random_records(root / split / f"part-{index}.tfrecord", count, 128, 20, 101,
+                                 seed=index + count)
+    named_config("tiny").replace(vocab_size=101).to_json_file(str(root / "bert_config.json"))
+    return root
+
+
+def exact_env(data, results, **extra):
+    """script_env with tensor fusion off (see the module's docstring) and no host list."""
+    env = script_env(data, results, **extra)
+    env.setdefault("HOROVOD_FUSION_THRESHOLD", "0")
+    return env
+
+
+def two_host_env(ssh_hosts, data, results):
+    """As run.sub exports it on nodes 127.0.0.2,127.0.0.3 with GPUS_PER_NODE=2 and
+    NETWORK_INTERFACE=lo, plus SSH_PORT; the test's `ssh` first on the PATH."""
+    hosts = ",".join(f"{host}:{PER_HOST}" for host in ssh_hosts.hosts)
+    env = exact_env(data, results, HOROVOD_LAUNCH_FLAGS=f"--gloo -H {hosts} --network-interface lo",
+                    SSH_PORT=str(ssh_hosts.port))
+    env["PATH"] = ssh_hosts.env(env)["PATH"]
+    return env
+
+
+def rank_logs(folder):
+    """rank -> its log file's text (rank 0: run_pretraining.log, rank N: .rankN.log)."""
+    logs = {}
+    for name in os.listdir(folder):
+        match = re.fullmatch(r"run_pretraining(?:\.rank(\d+))?\.log", name)
+        if match:
+            with open(os.path.join(folder, name), encoding="utf-8") as log:
+                logs[int(match.group(1) or 0)] = log.read()
+    return logs
+
+
+def listing(results):
+    """Every file under `results`, relative, with the summary files' time stamps left out."""
+    return {re.sub(r"tfevents\.\d+", "tfevents.*", os.path.relpath(os.path.join(top, name),
+                                                                   results))
+            for top, _, names in os.walk(results) for name in names}
+
+
+def final_weights(results):
+    return checkpoint_tensors(str(results / "phase_1" / f"model.ckpt-{PHASE1_STEPS}"))
+
+
+def assert_same_weights(got, expected):
+    assert got.keys() == expected.keys()
+    for name, value in expected.items():
+        assert np.array_equal(got[name], value), name
+
+
+@pytest.fixture(scope="module")
+def one_host(horovod, data, tmp_path_factory, repo_root):
+    """The reference: the same 4 ranks on this host alone (the launcher's default -H)."""
+    results = tmp_path_factory.mktemp("one-host")
+    env = exact_env(data, results)
+    env.pop("HOROVOD_LAUNCH_FLAGS", None)
+    env.pop("SSH_PORT", None)
+    run_to_end(PHASE1, env, repo_root)
+    return results
+
+
+def test_two_hosts_by_ssh_lay_out_ranks_per_host_and_train_as_one_host(
+        horovod, ssh_hosts, data, one_host, tmp_path, repo_root):  # noqa: F811
+    from pretraining.input_pipeline import list_input_files
+    results = tmp_path / "two-hosts"
+    output = run_to_end(PHASE1, two_host_env(ssh_hosts, data, results), repo_root)
+    folder = results / "phase_1"
+    logs = rank_logs(folder)
+    assert sorted(logs) == list(range(RANKS)), sorted(os.listdir(folder))
+
+    hosts = ssh_hosts.hosts
+    files = list_input_files(str(data / "training"))
+    one_host_logs = rank_logs(one_host / "phase_1")
+    for rank, text in logs.items():
+        layout = LAYOUT.search(text)
+        assert layout, f"rank {rank}: no layout line in its log"
+        got = layout.groups()
+        expected = (str(rank), str(RANKS), hosts[rank // PER_HOST], str(rank % PER_HOST),
+                    str(PER_HOST), str(rank // PER_HOST), str(len(hosts)))
+        assert got == expected, f"rank {rank}: {layout.group(0)}"
+        # Threads are chosen per host: 2 ranks share each "node" (4 on the one-host run).
+        assert f", {PER_HOST} ranks on this node)" in text, f"rank {rank}: " + \
+            " | ".join(re.findall(r"threads: .*", text))
+        assert f", {RANKS} ranks on this node)" in one_host_logs[rank]
+        # Each rank reads its own file (the records are split by whole files).
+        mine = files[rank::RANKS]
+        assert f"rank {rank} reads {len(mine)} training file(s): {', '.join(mine)}" in text
+    # Ranks on both hosts took part in every allreduce: horovodrun reports no failure.
+    assert "exit with status code" not in output
+
+    # Only rank 0 writes checkpoints, summaries, the eval results and the dllog; the other
+    # ranks write just their own log file (cli/console.py) and their own input-pipeline
+    # state (training/input_state.py: input_state/rank-<r>, read back on resume). The
+    # two-host folder holds what the one-host one does.
+    paths = listing(results)
+    others = {path for path in paths if re.search(r"rank-?[1-9]", path)}
+    assert others == {path for path in paths if re.fullmatch(
+        r"phase_1/(run_pretraining\.rank[1-9]\.log|input_state/rank-[1-9]/.*)", path)}, others
+    assert {path.split("/")[2] for path in others if "/input_state/" in path} == {
+        f"rank-{rank}" for rank in range(1, RANKS)}
+    assert paths == listing(one_host), paths ^ listing(one_host)
+
+    assert_same_weights(final_weights(results), final_weights(one_host))
+
+
+@pytest.mark.faults
+def test_sigterm_to_the_launcher_reaches_ranks_on_other_hosts_and_resumes_exactly(
+        horovod, ssh_hosts, data, one_host, tmp_path, repo_root):  # noqa: F811
+    results = tmp_path / "interrupted"
+    env = two_host_env(ssh_hosts, data, results)
+    code, output = preempt(PHASE1, env, repo_root, after_step=2)
+    assert_stopped_together_at_a_boundary(code, output, results / "phase_1", ranks=RANKS)
+
+    run_to_end(PHASE1, env, repo_root)
+    got = final_weights(results)
+    assert got["micro_step"] == PHASE1_STEPS * ACCUMULATION
+    # The uninterrupted weights: those of the one-host run, which the first test showed the
+    # uninterrupted two-host run ends on.
+    assert_same_weights(got, final_weights(one_host))
