@@ -90,7 +90,8 @@ def triton_model(flags, amp):
 def run(task, flags):
     """Does what the flags ask; returns a dict of results (train summary, metrics, paths).
     Rank 0 holds the output folder's run lock throughout (`training.run_lock`)."""
-    workers = Workers(flags.horovod, flags.num_local_devices)
+    # a plain namespace of values (a library caller) may leave the devices out: one
+    workers = Workers(flags.horovod, getattr(flags, "num_local_devices", 1))
     with run_lock(flags.output_dir, workers.is_chief):
         return _run(task, flags, workers)
 

@@ -89,7 +89,8 @@ def log_plan(plan, dllog_path):
 def run(flags):
     """Trains and/or evaluates. Returns a dict of results (training summary, eval metrics).
     Rank 0 holds the output folder's run lock throughout (`training.run_lock`)."""
-    workers = Workers(flags.horovod, flags.num_local_devices)
+    # a plain namespace of values (a library caller) may leave the devices out: one
+    workers = Workers(flags.horovod, getattr(flags, "num_local_devices", 1))
     with run_lock(flags.output_dir, workers.is_chief):
         return _run(flags, workers)
 
