@@ -84,3 +84,19 @@ def rewrite_record(path, index, change):
     with tf.io.TFRecordWriter(str(path)) as writer:
         for record in records:
             writer.write(record)
+
+
+def write_script_data(root, training_files, training_count, seq_length=128, predictions=20,
+                      seed_base=0, vocab_size=101):
+    """What the run scripts read for one phase under `root`: `training/` (`training_files`
+    files of `training_count` static records, one file per rank where it matters), `test/`
+    (one file of 8), and a tiny `bert_config.json` beside them. Returns `root`."""
+    from modeling import named_config
+    for split, files, count in (("training", training_files, training_count), ("test", 1, 8)):
+        (root / split).mkdir(parents=True)
+        for index in range(files):
+            write_random_records(root / split / f"part-{index}.tfrecord", count, seq_length,
+                                 predictions, vocab_size, seed=seed_base + index + count)
+    named_config("tiny").replace(vocab_size=vocab_size).to_json_file(
+        str(root / "bert_config.json"))
+    return root

@@ -66,35 +66,34 @@ def wait_for_lines(process, count, timeout=30):
     return lines
 
 
-def test_sigterm_reaches_the_ranks_not_horovodrun(stubs, repo_root):
-    env = dict(stubs["env"], STUB_BUILDS="gloo ")
-    process = launch(repo_root, env, 2)
+def terminate_after(process, count):
+    """SIGTERM to the launcher once `count` lines have come; (those lines, the rest of stdout,
+    stderr, exit code). What is left of its process group is killed if the test fails half-way."""
     try:
-        first = wait_for_lines(process, 3)
+        first = wait_for_lines(process, count)
         process.send_signal(signal.SIGTERM)
         out, err = process.communicate(timeout=30)
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
+    return first, out, err, process.returncode
+
+
+def test_sigterm_reaches_the_ranks_not_horovodrun(stubs, repo_root):
+    env = dict(stubs["env"], STUB_BUILDS="gloo ")
+    first, out, err, code = terminate_after(launch(repo_root, env, 2), 3)
     assert first[0].split() == ["horovodrun", "-np", "2", "--gloo", "-H", "localhost:2",
                                 stubs["python"], "trainer.py", "--flag", "--horovod"]
     assert "rank 0 got TERM" in out and "rank 1 got TERM" in out
     assert "horovodrun got TERM" not in out
-    assert process.returncode == 128 + signal.SIGTERM
+    assert code == 128 + signal.SIGTERM
     assert "preempted by SIGTERM" in err
 
 
 def test_single_process_gets_the_signal_too(stubs, repo_root):
-    process = launch(repo_root, stubs["env"], 1)
-    try:
-        wait_for_lines(process, 1)
-        process.send_signal(signal.SIGTERM)
-        out, _ = process.communicate(timeout=30)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
+    _, out, _, code = terminate_after(launch(repo_root, stubs["env"], 1), 1)
     assert "rank none got TERM" in out
-    assert process.returncode == 128 + signal.SIGTERM
+    assert code == 128 + signal.SIGTERM
 
 
 def test_mpirun_only_when_horovod_has_mpi(stubs, repo_root):
@@ -109,19 +108,12 @@ def test_without_horovod_one_process_trains_on_every_gpu(stubs, repo_root):
     """Horovod does not import (a plain pip install): one process with --num_local_devices,
     announced in one line, and it gets the signal."""
     env = dict(stubs["env"], PATH=f"{stubs['other']}:/usr/bin:/bin")  # mpirun there, unused
-    process = launch(repo_root, env, 2)
-    try:
-        first = wait_for_lines(process, 2)
-        process.send_signal(signal.SIGTERM)
-        out, err = process.communicate(timeout=30)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
+    first, out, err, code = terminate_after(launch(repo_root, env, 2), 2)
     assert first == ["num_gpus=2 without Horovod: one process on 2 GPUs (--num_local_devices=2, "
                      "in-graph towers)\n",
                      "rank none started: trainer.py --flag --num_local_devices=2\n"]
     assert "rank none got TERM" in out and "mpirun" not in out + err
-    assert process.returncode == 128 + signal.SIGTERM
+    assert code == 128 + signal.SIGTERM
 
 
 @pytest.mark.parametrize("builds, horovodrun, extra, message", [

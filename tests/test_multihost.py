@@ -22,9 +22,8 @@ import re
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
-from pretraining_records import write_random_records
+from pretraining_records import write_script_data
 from ssh_hosts import ssh_hosts  # noqa: F401 (fixture)
 from test_preemption import (ACCUMULATION, PHASE1_STEPS, TRAIN_STEPS,  # noqa: F401 (horovod)
                              assert_stopped_together_at_a_boundary, checkpoint_tensors, horovod,
@@ -46,15 +45,7 @@ LAYOUT = re.compile(r"rank (\d+) of (\d+) on host (\S+): local rank (\d+) of (\d
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     """Phase-1 shaped static records, one file per rank, and a tiny BERT config."""
-    from modeling import named_config
-    root = tmp_path_factory.mktemp("multihost")
-    for split, files, count in (("training", RANKS, 24), ("test", 1, 8)):
-        (root / split).mkdir()
-        for index in range(files):
-            write_random_records(root / split / f"part-{index}.tfrecord", count, 128, 20, 101,
-                                 seed=index + count)
-    named_config("tiny").replace(vocab_size=101).to_json_file(str(root / "bert_config.json"))
-    return root
+    return write_script_data(tmp_path_factory.mktemp("multihost"), RANKS, 24)
 
 
 def exact_env(data, results, **extra):

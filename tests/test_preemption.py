@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pretraining_records import write_random_records
+from pretraining_records import write_script_data
 
 ACCUMULATION = 4
 TRAIN_STEPS = 10                       # phase 1 gets 90%: 9 optimizer steps
@@ -38,15 +38,7 @@ def horovod():
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     """Phase-1 shaped records (sequence 128, 20 predictions) and a tiny BERT config."""
-    from modeling import named_config
-    root = tmp_path_factory.mktemp("preemption")
-    for split, files, count in (("training", 2, 96), ("test", 1, 8)):
-        (root / split).mkdir()
-        for index in range(files):
-            write_random_records(root / split / f"part-{index}.tfrecord", count, 128, 20, 101,
-                                 seed=index + count)
-    named_config("tiny").replace(vocab_size=101).to_json_file(str(root / "bert_config.json"))
-    return root
+    return write_script_data(tmp_path_factory.mktemp("preemption"), 2, 96)
 
 
 def script_env(data, results, **extra):

@@ -10,13 +10,14 @@ node lacks, overridden on the command line (--nodes=1, --gpus-per-node=0: no GPU
 per node come from GPUS_PER_NODE=2, as on a node whose GPUs Slurm does not manage)."""
 import os
 import re
+import shutil
 import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from pretraining_records import write_random_records
+from pretraining_records import write_script_data
 from slurm_cluster import SlurmCluster, SlurmUnavailable
 from test_preemption import (ACCUMULATION, PHASE1_STEPS, TRAIN_STEPS,  # noqa: F401 (horovod)
                              assert_stopped_together_at_a_boundary, checkpoint_tensors, horovod,
@@ -52,16 +53,10 @@ def slurm():
 def data(tmp_path_factory):
     """Records of both phases' shapes (sequence 128 with 20 predictions, 512 with 80), two
     files each (one per rank), and a tiny BERT config."""
-    from modeling import named_config
     root = tmp_path_factory.mktemp("slurm-data")
     for phase, seq, predictions in ((1, 128, 20), (2, 512, 80)):
-        for split, files, count in (("training", 2, 64), ("test", 1, 8)):
-            folder = root / f"phase{phase}" / split
-            folder.mkdir(parents=True)
-            for index in range(files):
-                write_random_records(folder / f"part-{index}.tfrecord", count, seq, predictions,
-                                     101, seed=100 * phase + index + count)
-    named_config("tiny").replace(vocab_size=101).to_json_file(str(root / "bert_config.json"))
+        write_script_data(root / f"phase{phase}", 2, 64, seq, predictions, seed_base=100 * phase)
+    shutil.copy(root / "phase1" / "bert_config.json", root / "bert_config.json")
     return root
 
 
