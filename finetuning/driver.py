@@ -113,11 +113,8 @@ def _run(task, flags, workers):
                                 "ranks: every rank needs at least one")
         num_train_steps, num_warmup_steps = training_schedule(num_examples, flags,
                                                               workers.replicas)
-        if workers.num_devices > 1:
-            logging.info("%d devices in one process (in-graph towers, no Horovod): %s; "
-                         "global batch %d", workers.num_devices, ", ".join(workers.devices),
-                         flags.train_batch_size * flags.num_accumulation_steps
-                         * workers.replicas, extra=SHOW)
+        workers.log_towers(flags.train_batch_size * flags.num_accumulation_steps
+                           * workers.replicas)
         logging.info("fine-tuning %s on %d examples: %d steps (%d warm-up)", task.name,
                      num_examples, num_train_steps, num_warmup_steps, extra=SHOW)
 

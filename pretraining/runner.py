@@ -104,10 +104,7 @@ def _run(flags, workers):
     if workers.is_chief:
         for note in speed.notes:
             logging.info("%s", note, extra=SHOW)
-        if workers.num_devices > 1:
-            logging.info("%d devices in one process (in-graph towers, no Horovod): %s; "
-                         "global batch %d", workers.num_devices, ", ".join(workers.devices),
-                         results["plan"]["global_batch_size"], extra=SHOW)
+        workers.log_towers(results["plan"]["global_batch_size"])
         log_plan(results["plan"], flags.dllog_path if flags.do_train else None)
 
     train_files = eval_files = None
@@ -120,14 +117,14 @@ def _run(flags, workers):
             train_files, flags.max_seq_length, flags.max_predictions_per_seq, config,
             dynamic_flags)
         check_rank_records(train_files, record_counts, workers.size)
-        mine = train_files[workers.rank::workers.size]   # training_input's shard by files
-        logging.info("rank %d reads %d training file(s): %s", workers.rank, len(mine),
-                     ", ".join(mine[:4]) + (", ..." if len(mine) > 4 else ""))
         train_input = training_input(  # one batch for all towers: [devices * batch, ...]
             train_files, flags.train_batch_size * workers.num_devices, flags.max_seq_length,
             flags.max_predictions_per_seq, flags.seed, workers.size, workers.rank,
             flags.shuffle_buffer, masking if train_records.kind == DYNAMIC else None,
             train_records.sequences_per_row, ranges, flags.skip_bad_records, record_counts)
+        mine = train_input.rank_files()
+        logging.info("rank %d reads %d training file(s): %s", workers.rank, len(mine),
+                     ", ".join(mine[:4]) + (", ..." if len(mine) > 4 else ""))
         if train_records.sequences_per_row:
             logging.info("packed records, up to %d instances a row: %s",
                          train_records.sequences_per_row, flags.input_files_dir)

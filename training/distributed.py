@@ -17,6 +17,7 @@ import socket
 import tensorflow as tf
 from absl import logging
 
+from cli.console import SHOW
 from training.affinity import pin_to_gpu
 from training.settings import UsageError
 from training.threads import choose_threads
@@ -66,6 +67,13 @@ class Workers:
     def num_devices(self):
         """Devices (towers) of this process: 1 unless --num_local_devices."""
         return max(1, len(self.devices))
+
+    def log_towers(self, global_batch):
+        """With towers, one console line: which devices, and the global batch they make."""
+        if self.num_devices > 1:
+            logging.info("%d devices in one process (in-graph towers, no Horovod): %s; "
+                         "global batch %d", self.num_devices, ", ".join(self.devices),
+                         global_batch, extra=SHOW)
 
     @property
     def replicas(self):
