@@ -15,7 +15,9 @@ the whole story back on the console, as absl and TensorFlow print it.
 The log file (`<folder>/<command>.log`, appended, `.rank<N>` before `.log` for Horovod ranks
 other than 0) gets every Python log record at INFO or above, TensorFlow's included, with
 absl's time-stamped prefix. C++ log lines (written by TensorFlow straight to file descriptor
-2) are not in it: quiet, they are not produced at all.
+2): TensorFlow's own are not produced when quiet; those that are (XLA's, through absl's C++
+logging, which ignores TF_CPP_MIN_LOG_LEVEL) go to the log file, not the console
+(`cli.native_log`), but errors that are not known to be harmless, which go to both.
 """
 import importlib.util
 import logging
@@ -143,6 +145,10 @@ def start(command, log_folder=None, own_level=logging.WARNING):
         # absl set the root level from --verbosity; the log file still gets INFO.
         absl_handler.setLevel(root.getEffectiveLevel())
     else:
+        if log_folder and "://" not in log_folder:
+            # before the console handler: it must hold the console's own descriptor
+            from cli.native_log import route
+            route(log_file_path(log_folder, command))
         root.removeHandler(absl_handler)
         console = logging.StreamHandler(sys.stderr)
         console.addFilter(QuietConsole(own_level))

@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -80,6 +81,99 @@ def test_quiet_console_progress_log_file_and_eval_names(pretraining):
     assert any(GLOG_PREFIX.match(line) and "Restoring parameters from" in line
                for line in verbose.stderr.splitlines())
     assert (out / "run_pretraining.log").read_text().count("run_pretraining started:") == 2
+
+
+def test_xla_compiler_lines_go_to_the_log_file_not_the_console(pretraining, repo_root):
+    """XLA logs through absl's C++ logging, which ignores TF_CPP_MIN_LOG_LEVEL: with the fused
+    optimizer update (XLA-compiled) a quiet run printed its compiler lines between the
+    progress lines. They belong in the log file."""
+    out, _, _ = pretraining
+    run = subprocess.run(
+        [sys.executable, "run_pretraining.py", f"--bert_config_file={out.parent}/bert_config.json",
+         f"--output_dir={out.parent / 'fused'}", f"--input_files_dir={out.parent}/train",
+         "--do_train", f"--max_seq_length={SEQ}", f"--max_predictions_per_seq={PREDICTIONS}",
+         "--train_batch_size=4", "--num_train_steps=2", "--num_warmup_steps=1",
+         "--display_loss_steps=1"],
+        capture_output=True, text=True, cwd=repo_root, env=dict(quiet_env(),
+                                                                BERT_FUSED_OPTIMIZER="1"),
+        timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = (run.stdout + run.stderr).splitlines()
+    assert [line.split(":")[0] for line in lines if not PROGRESS.match(line)
+            and not line.startswith("step ")] == ["defaults", "plan", "training done"], lines
+    log = (out.parent / "fused" / "run_pretraining.log").read_text()
+    assert "Compiled cluster using XLA" in log
+
+
+def test_native_lines_survive_an_abrupt_death(tmp_path, repo_root):
+    """fd 2 rerouted (cli.native_log.route), then the process aborts: the C++ log line is in the
+    log file, the error line and the plain line on the console, nothing lost in the pipe."""
+    log = tmp_path / "x.log"
+    script = ("import os, sys; sys.path.insert(0, '.'); from cli.native_log import route; "
+              f"route({str(log)!r}); "
+              "os.write(2, b'I0000 00:00:1.5   42 device_compiler.h:186] Compiled cluster\\n'"
+              " b'2026-01-01 00:00:00.000001: F core/thing.cc:12] Check failed: x\\n'"
+              " b'plain text from a child\\n'); print('python', file=sys.stderr); os.abort()")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         cwd=repo_root, timeout=60)
+    assert run.returncode != 0
+    assert "Compiled cluster" not in run.stderr
+    assert "F core/thing.cc:12] Check failed: x" in run.stderr
+    assert "plain text from a child" in run.stderr and "python" in run.stderr
+    kept = log.read_text()
+    assert "Compiled cluster" in kept and "Check failed: x" in kept
+    assert "plain text" not in kept
+
+
+_SIGNAL_WRITER = """
+import os, signal, sys, time
+sys.path.insert(0, '.')
+from cli.native_log import ConsoleStream
+stream = ConsoleStream(os.dup(2))
+count = [0]
+def handler(signum, frame):
+    count[0] += 1
+    stream.write('handler line\\n')
+signal.signal(signal.SIGALRM, handler)
+signal.setitimer(signal.ITIMER_REAL, 0.002, 0.002)
+end = time.time() + 1.5
+while time.time() < end:
+    stream.write('x' * 20000 + '\\n')
+signal.setitimer(signal.ITIMER_REAL, 0)
+stream.write(f'done {count[0]}\\n')
+"""
+
+
+def test_console_stream_takes_a_signal_handlers_line_mid_write(repo_root):
+    """The rerouted sys.stderr is written by a signal handler (SIGTERM's "checkpoint at the
+    next boundary") while the main thread is inside a write to a full pipe. A buffered writer
+    raised "reentrant call inside BufferedWriter" there; every handler line must arrive."""
+    child = subprocess.Popen([sys.executable, "-c", _SIGNAL_WRITER], stderr=subprocess.PIPE,
+                             cwd=repo_root)
+    received = b""
+    while True:  # a slow reader keeps the pipe full, so writes block and signals cut them
+        chunk = child.stderr.read1(4096)
+        if not chunk:
+            break
+        received += chunk
+        time.sleep(0.0005)
+    assert child.wait(timeout=60) == 0, received[-2000:].decode(errors="replace")
+    handled = int(received.rsplit(b"done ", 1)[1])
+    assert handled > 10 and received.count(b"handler line\n") == handled
+
+
+def test_native_line_destinations():
+    from cli.native_log import destination
+    assert destination(b"I0000 00:00:1795578848.454472   26181 device_compiler.h:186] "
+                       b"Compiled cluster using XLA!\n") == "log"
+    assert destination(b"WARNING: All log messages before absl::InitializeLog() is called "
+                       b"are written to STDERR\n") == "log"
+    assert destination(b"2026-11-25 03:54:08.460419: E external/local_xla/xla/stream_executor/"
+                       b"stream_executor_internal.h:177] SetPriority unimplemented for this "
+                       b"stream.\n") == "log"
+    assert destination(b"2026-11-25 03:54:08.460419: E tensorflow/core/x.cc:7] OOM\n") == "both"
+    assert destination(b"error: --learning_rate=-1: must be > 0\n") == "console"
+    assert destination(b"Traceback (most recent call last):\n") == "console"
 
 
 class FakeTerminal(io.StringIO):
