@@ -5,6 +5,7 @@ import io
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -126,40 +127,37 @@ def test_native_lines_survive_an_abrupt_death(tmp_path, repo_root):
 
 
 _SIGNAL_WRITER = """
-import os, signal, sys, time
+import os, signal, sys
 sys.path.insert(0, '.')
 from cli.native_log import ConsoleStream
 stream = ConsoleStream(os.dup(2))
-count = [0]
-def handler(signum, frame):
-    count[0] += 1
-    stream.write('handler line\\n')
-signal.signal(signal.SIGALRM, handler)
-signal.setitimer(signal.ITIMER_REAL, 0.002, 0.002)
-end = time.time() + 1.5
-while time.time() < end:
-    stream.write('x' * 20000 + '\\n')
-signal.setitimer(signal.ITIMER_REAL, 0)
-stream.write(f'done {count[0]}\\n')
+signal.signal(signal.SIGUSR1, lambda signum, frame: stream.write('handler line\\n'))
+stream.write('x' * 1000000 + '\\n')   # far more than a pipe holds: blocks until read
+stream.write('done\\n')
 """
 
 
 def test_console_stream_takes_a_signal_handlers_line_mid_write(repo_root):
     """The rerouted sys.stderr is written by a signal handler (SIGTERM's "checkpoint at the
-    next boundary") while the main thread is inside a write to a full pipe. A buffered writer
-    raised "reentrant call inside BufferedWriter" there; every handler line must arrive."""
+    next boundary") while the main thread is inside a write. A buffered writer raised
+    "reentrant call inside BufferedWriter" there. The moment is reached on purpose: nobody
+    reads the child's pipe until the kernel shows it blocked in a pipe write, then the
+    signal comes; every line must arrive."""
     child = subprocess.Popen([sys.executable, "-c", _SIGNAL_WRITER], stderr=subprocess.PIPE,
                              cwd=repo_root)
-    received = b""
-    while True:  # a slow reader keeps the pipe full, so writes block and signals cut them
-        chunk = child.stderr.read1(4096)
-        if not chunk:
-            break
-        received += chunk
-        time.sleep(0.0005)
-    assert child.wait(timeout=60) == 0, received[-2000:].decode(errors="replace")
-    handled = int(received.rsplit(b"done ", 1)[1])
-    assert handled > 10 and received.count(b"handler line\n") == handled
+    try:
+        deadline = time.time() + 60
+        while "pipe_write" not in open(f"/proc/{child.pid}/wchan").read():
+            assert time.time() < deadline and child.poll() is None, "never blocked in write"
+            time.sleep(0.01)
+        child.send_signal(signal.SIGUSR1)
+        received = child.stderr.read()
+    finally:
+        child.kill()
+        child.wait()
+    assert child.returncode == 0, received[-2000:]
+    assert received.count(b"handler line\n") == 1, received[-2000:]
+    assert received.count(b"x") == 1000000 and received.endswith(b"done\n"), received[-2000:]
 
 
 def test_native_line_destinations():
