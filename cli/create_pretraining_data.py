@@ -17,7 +17,8 @@ import logging
 import sys
 
 from cli.command import Command
-from cli.flag_groups import INPUT, OUTPUT, bind
+from cli.flag_groups import INPUT, OUTPUT, PRECISION, bind
+from data_prep import forked
 
 
 def define_flags(flag_values):
@@ -52,6 +53,10 @@ def define_flags(flag_values):
                   "Sequence packing: write rows of up to --max_sequences_per_row whole "
                   "instances each (less padding; run_pretraining.py keeps them apart).")
     f.DEFINE_integer("max_sequences_per_row", 3, "With --pack: instances per row at most.")
+    bind(flag_values, PRECISION).DEFINE_integer(
+        "n_processes", forked.usable_cores(),
+        "Processes that tokenize the input and serialise the records (the output is the same "
+        "for any number); default: one per core this process may use.")
     bind(flag_values, OUTPUT).DEFINE_string(
         "output_file", None, "Output TF example file (or comma-separated list of files).")
 
@@ -71,7 +76,8 @@ def main(flags):
         max_sequences_per_row=flags.max_sequences_per_row if flags.pack else 0)
     try:
         pretraining_data.create_pretraining_tfrecords(
-            flags.input_file, flags.output_file, flags.vocab_file, options)
+            flags.input_file, flags.output_file, flags.vocab_file, options,
+            processes=flags.n_processes)
     except pretraining_data.DataPrepError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -70,7 +70,9 @@ check every file at start-up.
 from __future__ import annotations
 
 import bisect
+import collections
 import dataclasses
+import functools
 import glob
 import itertools
 import os
@@ -81,7 +83,7 @@ from typing import Iterable, List, Optional, Sequence, Union
 import numpy as np
 from absl import logging
 
-from data_prep import packing, record_metadata, tfrecord_writer
+from data_prep import forked, packing, record_metadata, tfrecord_writer
 from data_prep.temporaries import is_temporary, remove_stale_temporaries
 from data_prep.pause_point import pause_point
 
@@ -90,6 +92,8 @@ from data_prep.pause_point import pause_point
 BATCH_SIZE = 4096
 # Lines handed to the tokenizer per call (bounds the memory of the Python id lists).
 TOKENIZE_LINES = 1 << 18
+# Below this many lines a process, tokenizing is not worth a fork.
+MIN_LINES_PER_PROCESS = 2000
 # Instances logged at INFO, like Google's script.
 MAX_LOGGED_INSTANCES = 20
 
@@ -364,8 +368,25 @@ def encode_lines(tokenizer, lines: List[str]) -> "tuple[np.ndarray, np.ndarray]"
     return flat, counts
 
 
-def read_corpus(input_files: Sequence[str], tokenizer) -> "tuple[Corpus, int]":
-    """Reads and tokenizes one-sentence-per-line files; returns (corpus, bytes read)."""
+def encode_lines_in_processes(tokenizer, lines: List[str],
+                              processes: int) -> "tuple[np.ndarray, np.ndarray]":
+    """``encode_lines``, on up to ``processes`` contiguous parts of the lines at once (forked
+    helpers, ``data_prep.forked``); the same arrays for any number."""
+    processes = min(processes, len(lines) // MIN_LINES_PER_PROCESS)
+    if processes <= 1 or not forked.fork_is_safe():
+        return encode_lines(tokenizer, lines)
+    forked.prepare_to_fork()
+    bounds = [len(lines) * k // processes for k in range(processes + 1)]
+    parts = forked.map_in_processes(functools.partial(encode_lines, tokenizer),
+                                    [lines[a:b] for a, b in zip(bounds, bounds[1:])])
+    return (np.concatenate([flat for flat, _ in parts]),
+            np.concatenate([counts for _, counts in parts]))
+
+
+def read_corpus(input_files: Sequence[str], tokenizer,
+                processes: int = 1) -> "tuple[Corpus, int]":
+    """Reads and tokenizes one-sentence-per-line files; returns (corpus, bytes read).
+    ``processes``: see ``encode_lines_in_processes``."""
     parts, sent_lens, doc_sizes = [], [], []
     total_bytes = 0
     for path in input_files:
@@ -390,7 +411,8 @@ def read_corpus(input_files: Sequence[str], tokenizer) -> "tuple[Corpus, int]":
         n_docs_before = len(doc_sizes)
         current = 0  # sentences in the current document
         for start in range(0, len(kept), TOKENIZE_LINES):
-            flat, counts = encode_lines(tokenizer, kept[start:start + TOKENIZE_LINES])
+            flat, counts = encode_lines_in_processes(
+                tokenizer, kept[start:start + TOKENIZE_LINES], processes)
             if len(flat):
                 parts.append(flat)
             for brk, n in zip(breaks[start:start + TOKENIZE_LINES], counts.tolist()):
@@ -740,10 +762,47 @@ def _random_streams(seed: int):
                  for s in (order, stream, trunc, shuffle, mask, pack))
 
 
+class _CallHere:
+    """A call done at once, with the interface of ``forked.ForkedCall``."""
+
+    def __init__(self, function, *args):
+        self.value = function(*args)
+
+    def result(self):
+        return self.value
+
+    def stop(self):
+        pass
+
+
+def serialised_rows(features: dict, kinds: dict, n_out: int, records_before: int) -> list:
+    """(TFRecord bytes, record count) of a batch's rows for each of ``n_out`` outputs: record
+    number records_before + j goes to output (records_before + j) % n_out."""
+    out = []
+    for w_index in range(n_out):
+        first = (w_index - records_before) % n_out
+        sub = {name: arr[first::n_out] for name, arr in features.items()}
+        count = len(sub["input_ids"])
+        out.append((tfrecord_writer.encode_tfrecords(sub, kinds) if count else None, count))
+    return out
+
+
+def _write_rows(writers, rows) -> None:
+    for writer, (framed, count) in zip(writers, rows):
+        if count:
+            try:
+                writer.write_tfrecords(framed, count)
+            except OSError as e:
+                raise DataPrepError(writer.path, f"cannot write output: {e.strerror or e}") \
+                    from None
+
+
 def write_instances(corpus: Corpus, output_files: Sequence[str], vocab: VocabInfo,
                     options: PretrainingOptions, stats: Optional[PretrainingStats] = None,
-                    log_instances: int = MAX_LOGGED_INSTANCES) -> PretrainingStats:
-    """Plans, shuffles, builds and writes all instances of ``corpus`` (round-robin outputs)."""
+                    log_instances: int = MAX_LOGGED_INSTANCES,
+                    processes: int = 1) -> PretrainingStats:
+    """Plans, shuffles, builds and writes all instances of ``corpus`` (round-robin outputs).
+    ``processes`` > 1 serialises each batch in a forked helper while the next is built."""
     options.validate()
     if stats is None:
         stats = PretrainingStats(input_files=[], output_files=list(output_files))
@@ -754,7 +813,7 @@ def write_instances(corpus: Corpus, output_files: Sequence[str], vocab: VocabInf
                                       f"vocabulary of {vocab.size}")
     rng_order, rng_stream, rng_trunc, rng_shuffle, rng_mask, rng_pack = \
         _random_streams(options.random_seed)
-    writers = []
+    writers, pending = [], collections.deque()  # serialised batches not yet written
     written_tokens = written_slots = records_before = 0
     try:
         for path in output_files:
@@ -774,6 +833,11 @@ def write_instances(corpus: Corpus, output_files: Sequence[str], vocab: VocabInf
         build = build_instances
         if options.masking == "dynamic":
             from data_prep.unmasked_instances import build_unmasked_instances as build
+        # Serialising batch k (in a forked helper when there are cores for it) runs while
+        # this process builds batch k+1; batches are written in order.
+        beside = processes > 1 and forked.fork_is_safe()
+        if beside:
+            forked.prepare_to_fork()
         for start in range(0, len(plan), BATCH_SIZE):
             pause_point("records_batch")  # tests: killed after start / BATCH_SIZE batches
             part = plan.take(slice(start, start + BATCH_SIZE))
@@ -787,20 +851,13 @@ def write_instances(corpus: Corpus, output_files: Sequence[str], vocab: VocabInf
                 kinds = packing.packed_kinds(kinds)
             written_tokens += int(features["input_mask"].sum())
             written_slots += features["input_mask"].size
-            # Record number records_before+j goes to output (records_before+j) % n_out.
-            for w_index, writer in enumerate(writers):
-                first = (w_index - records_before) % n_out
-                rows = slice(first, None, n_out)
-                sub = {name: arr[rows] for name, arr in features.items()}
-                count = len(sub["input_ids"])
-                if count:
-                    try:
-                        writer.write_tfrecords(tfrecord_writer.encode_tfrecords(sub, kinds),
-                                               count)
-                    except OSError as e:
-                        raise DataPrepError(writer.path, f"cannot write output: "
-                                                         f"{e.strerror or e}") from None
+            pending.append((forked.ForkedCall if beside else _CallHere)(
+                serialised_rows, features, kinds, n_out, records_before))
             records_before += len(features["input_ids"])
+            while len(pending) > 1:
+                _write_rows(writers, pending.popleft().result())
+        while pending:
+            _write_rows(writers, pending.popleft().result())
         vocab_hash = record_metadata.vocab_sha256(vocab.id_to_token)
         for writer in writers:
             try:  # the metadata first: a record file under its final name always has it
@@ -813,6 +870,8 @@ def write_instances(corpus: Corpus, output_files: Sequence[str], vocab: VocabInf
                     from None
         t2 = time.perf_counter()
     except BaseException:
+        for call in pending:
+            call.stop()
         for writer in writers:
             writer.abort()
         raise
@@ -830,8 +889,8 @@ def create_pretraining_tfrecords(input_files: Union[str, Sequence[str]],
                                  tokenizer_or_vocab,
                                  options: Optional[PretrainingOptions] = None,
                                  log_instances: int = MAX_LOGGED_INSTANCES,
-                                 shard_key: Optional[Union[str, int]] = None
-                                 ) -> PretrainingStats:
+                                 shard_key: Optional[Union[str, int]] = None,
+                                 processes: int = 1) -> PretrainingStats:
     """Reads text files, writes pre-training TFRecords; the entry point for one shard.
 
     ``input_files``: comma-separated globs or a list of paths/globs.  ``output_files``:
@@ -841,7 +900,9 @@ def create_pretraining_tfrecords(input_files: Union[str, Sequence[str]],
     ``options.do_lower_case`` applies).  ``shard_key`` (the shard's index or base name):
     when given, the seed used is ``derive_shard_seed(options.random_seed, shard_key)``, so a
     multiprocessing driver gets the same output whatever the number of processes.
-    ``log_instances``: how many instances to log at INFO (Google logs 20).  Raises
+    ``log_instances``: how many instances to log at INFO (Google logs 20).  ``processes``:
+    how many processes tokenize the text (``read_corpus``; the output does not depend on it).
+    Raises
     ``DataPrepError`` for bad input or output; returns counts and timings.
     """
     t0 = time.perf_counter()
@@ -877,7 +938,7 @@ def create_pretraining_tfrecords(input_files: Union[str, Sequence[str]],
     vocab = VocabInfo.from_tokenizer(tokenizer, source=str(
         tokenizer_or_vocab if isinstance(tokenizer_or_vocab, (str, os.PathLike)) else "tokenizer"))
     t1 = time.perf_counter()
-    corpus, nbytes = read_corpus(files, tokenizer)
+    corpus, nbytes = read_corpus(files, tokenizer, processes)
     t2 = time.perf_counter()
     stats = PretrainingStats(input_files=files, output_files=output_files, input_bytes=nbytes,
                              documents=corpus.num_documents, sentences=corpus.num_sentences,
@@ -888,7 +949,7 @@ def create_pretraining_tfrecords(input_files: Union[str, Sequence[str]],
     logging.info("Read %d documents, %d sentences, %d tokens from %d file(s) (%.1f MB)",
                  corpus.num_documents, corpus.num_sentences, corpus.num_tokens, len(files),
                  nbytes / 1e6)
-    write_instances(corpus, output_files, vocab, options, stats, log_instances)
+    write_instances(corpus, output_files, vocab, options, stats, log_instances, processes)
     stats.seconds["setup"] = t1 - t0
     stats.seconds["read_tokenize"] = t2 - t1
     stats.seconds["total"] = time.perf_counter() - t0

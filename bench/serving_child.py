@@ -1,0 +1,111 @@
+"""One serving process of bench/serving.py: loads one model on one side and times calls.
+
+    python bench/serving_child.py ours|hf MODEL TASK SEQ BATCH SECONDS OUT.json
+
+`ours`: MODEL is a SavedModel exported by run_classifier.py / run_squad.py, called as
+`inference.py` calls it (`finetuning.inference.SavedModelRunner`: `tf.saved_model.load`,
+the `serving_default` signature, NumPy in and out). `hf`: MODEL is a HuggingFace folder of
+the same weights, run as `BertForSequenceClassification` / `BertForQuestionAnswering` (torch,
+eval, inference_mode), NumPy in and out. TASK is `classifier` or `squad`.
+
+Both sides get the same inputs (a fixed seed), warm up for three calls (the first traces
+the graph), then call until SECONDS have passed (at least 5 calls). The JSON written holds
+the latency of every timed call, the load and first-call seconds, and the outputs of the
+first batch (for bench/serving.py to check both sides compute the same thing).
+"""
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)  # first: bench/data_prep.py must not hide the package
+
+
+def inputs(batch, seq, vocab_size, seed=0):
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(1000, vocab_size, size=(batch, seq)).astype(np.int32)
+    ids[:, 0] = 101  # [CLS]
+    segments = np.zeros((batch, seq), np.int32)
+    segments[:, seq // 4:] = 1  # a question and a context, as SQuAD features
+    return {"input_ids": ids, "input_mask": np.ones((batch, seq), np.int32),
+            "segment_ids": segments}
+
+
+def ours(model, task):
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from finetuning.inference import SavedModelRunner
+    runner = SavedModelRunner(model)
+
+    def call(features):
+        features = dict(features)
+        if task == "squad":
+            features["unique_ids"] = np.arange(len(features["input_ids"]), dtype=np.int32)
+            out = runner(features)
+            return {"start_logits": out["start_logits"], "end_logits": out["end_logits"]}
+        return {"probabilities": runner(features)["probabilities"]}
+    return call
+
+
+def hf(model, task):
+    import torch
+    import transformers
+    from safetensors.numpy import load_file
+    config = transformers.BertConfig.from_pretrained(model)
+    if task == "squad":
+        net = transformers.BertForQuestionAnswering(config)
+    else:
+        config.num_labels = 2
+        net = transformers.BertForSequenceClassification(config)
+    heads = ("classifier.", "qa_outputs.")
+    weights = {(k if k.startswith(heads) or k.startswith("bert.") else "bert." + k):
+               torch.from_numpy(v) for k, v in load_file(os.path.join(model,
+                                                                      "model.safetensors")).items()}
+    net.load_state_dict(weights, strict=False)
+    missing = set(net.state_dict()) - set(weights) - {"bert.embeddings.position_ids"}
+    if missing:
+        raise SystemExit(f"{model}: weights missing for {sorted(missing)[:5]}")
+    net.eval()
+
+    def call(features):
+        with torch.inference_mode():
+            out = net(input_ids=torch.from_numpy(features["input_ids"].astype(np.int64)),
+                      attention_mask=torch.from_numpy(features["input_mask"].astype(np.int64)),
+                      token_type_ids=torch.from_numpy(features["segment_ids"].astype(np.int64)))
+        if task == "squad":
+            return {"start_logits": out.start_logits.numpy(),
+                    "end_logits": out.end_logits.numpy()}
+        return {"probabilities": torch.softmax(out.logits, -1).numpy()}
+    return call
+
+
+def main():
+    side, model, task, seq, batch, seconds, out_path = sys.argv[1:8]
+    seq, batch, seconds = int(seq), int(batch), float(seconds)
+    with open(os.path.join(model if side == "hf" else os.path.join(model, "assets.extra"),
+                           "vocab.txt"), encoding="utf-8") as reader:
+        vocab_size = sum(1 for _ in reader)
+    features = inputs(batch, seq, vocab_size)
+    started = time.perf_counter()
+    call = (ours if side == "ours" else hf)(model, task)
+    loaded = time.perf_counter()
+    first = call(features)
+    first_call = time.perf_counter() - loaded
+    for _ in range(2):
+        call(features)
+    latencies = []
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end or len(latencies) < 5:
+        t0 = time.perf_counter()
+        call(features)
+        latencies.append(time.perf_counter() - t0)
+    with open(out_path, "w", encoding="utf-8") as writer:
+        json.dump({"latencies": latencies, "load_seconds": loaded - started,
+                   "first_call_seconds": first_call,
+                   "outputs": {k: v.tolist() for k, v in first.items()}}, writer)
+
+
+if __name__ == "__main__":
+    main()
