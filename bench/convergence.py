@@ -59,6 +59,7 @@ sys.path.insert(0, BENCH)
 sys.path.insert(0, REPO)  # first: bench/data_prep.py must not hide the package
 
 from data_prep.prep_actions import Layout, PrepOptions  # noqa: E402 (no TensorFlow)
+from machine import cpu_name  # noqa: E402
 
 STAGES = ("data", "sweep", "runs", "eval", "downstream", "report")
 DEFAULT_STAGES = ("data", "runs", "eval", "downstream", "report")
@@ -404,17 +405,6 @@ def stage_runs(study, data, names, prefix="runs"):
         with open(os.path.join(folder, "done.json"), "w", encoding="utf-8") as writer:
             json.dump({"run": dataclasses.asdict(run), "phases": phases, "timing": timing,
                        "cpu": cpu_name()}, writer, indent=1)
-
-
-def cpu_name():
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as reader:
-            for line in reader:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
 
 
 # ----------------------------------------------------------------------------- 2. sweep

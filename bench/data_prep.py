@@ -30,6 +30,8 @@ import sys
 import tempfile
 import time
 
+from machine import cpu_name
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.environ.get("BERT_SHARED_DATA", os.path.join(os.path.dirname(REPO), "shared", "data"))
 
@@ -239,7 +241,7 @@ def run_benchmark(args, work):
             if args.google_dir:
                 results[corpus, "google"].append(
                     run_google(args.google_dir, corpus, vocab, folder, *flags))
-    cpu = _cpu_name()
+    cpu = cpu_name()
     print(f"{cpu}; {os.cpu_count()} cores; seq {args.max_seq_length}, "
           f"{args.max_predictions_per_seq} predictions, dupe_factor {args.dupe_factor}; "
           f"{args.runs} alternating rounds; load average now {os.getloadavg()[0]:.2f}")
@@ -272,17 +274,6 @@ def run_benchmark(args, work):
         print(f"{'':<26}ours: the same output in every run, sha256 {digests.pop()[:16]}")
     if args.stages:
         print_stages(corpora[0], vocab, work, args)
-
-
-def _cpu_name():
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as reader:
-            for line in reader:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
 
 
 def print_stages(corpus, vocab, work, args):

@@ -26,9 +26,12 @@ import tempfile
 
 import numpy as np
 
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before modeling.convert loads TensorFlow
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(REPO, "bench")
 sys.path.insert(0, REPO)  # first: bench/data_prep.py must not hide the package
+
+from machine import cpu_name  # noqa: E402
 
 _WORDS = ("good bad fine dull bright film story actor scene plot music ending long short "
           "funny sad warm cold smart slow").split()
@@ -128,14 +131,6 @@ def serve(side, model, task, seq, batch, seconds, work):
         return json.load(reader)
 
 
-def _cpu_name():
-    with open("/proc/cpuinfo", encoding="utf-8") as reader:
-        for line in reader:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "unknown CPU"
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work_dir", help="models and results (default: temporary)")
@@ -181,7 +176,7 @@ def _summary(results, batch):
 
 
 def report(configs, runs, args):
-    print(f"\n{_cpu_name()}; {os.cpu_count()} cores; all-MiniLM-L6-v2 (or --hf_model), fp32; "
+    print(f"\n{cpu_name()}; {os.cpu_count()} cores; all-MiniLM-L6-v2 (or --hf_model), fp32; "
           f"{args.rounds} rounds of {args.seconds:g} s a side, fresh processes; "
           f"load average now {os.getloadavg()[0]:.2f}")
     header = (f"{'model':<11}{'seq':>5}{'batch':>6}{'ours ex/s':>11}{'HF ex/s':>10}"

@@ -63,6 +63,16 @@ def map_in_processes(function, parts):
     return results
 
 
+def _start_helper(parent, *caller_ends):
+    """First steps of a forked helper: close the caller's ends of the pipes, drop the
+    caller's signal handlers (SIGINT/SIGTERM end a helper at once), die with the caller."""
+    for fd in caller_ends:
+        os.close(fd)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+    die_with_parent(parent)
+
+
 class ForkedCall:
     """``function(*args)`` computed in a forked helper; ``result()`` waits for its value."""
 
@@ -74,10 +84,7 @@ class ForkedCall:
         if pid == 0:  # the helper: never returns into the caller's code
             status = 1
             try:
-                os.close(read_end)
-                for sig in (signal.SIGINT, signal.SIGTERM):  # not the caller's handlers
-                    signal.signal(sig, signal.SIG_DFL)
-                die_with_parent(parent)
+                _start_helper(parent, read_end)
                 value = function(*args)
                 with os.fdopen(write_end, "wb") as writer:
                     pickle.dump(value, writer, protocol=pickle.HIGHEST_PROTOCOL)
@@ -117,3 +124,91 @@ class ForkedCall:
         if not wait:
             os.kill(pid, signal.SIGKILL)  # it cannot be gone: only waitpid reaps it
         return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+class ForkedWorker:
+    """One forked helper that runs the calls sent to it in order: for a stream of work (the
+    serialisation of each batch) where a fork per call would cost more than it saves (after
+    each fork, every page this process writes is first copied).
+
+    ``submit(function, *args)`` returns a call whose ``result()`` waits for the value (the
+    function is pickled by name, the arguments and the value by value). Submit the next call
+    only after taking the previous result: both pipes can then never be full at once. A
+    helper that fails costs time, not output: its call and every later one run here.
+    """
+
+    def __init__(self):
+        parent = os.getpid()
+        inbox_read, inbox_write = os.pipe()
+        outbox_read, outbox_write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the helper: never returns into the caller's code
+            status = 1
+            try:
+                _start_helper(parent, inbox_write, outbox_read)
+                with os.fdopen(inbox_read, "rb") as inbox, \
+                        os.fdopen(outbox_write, "wb") as outbox:
+                    while True:
+                        try:
+                            function, args = pickle.load(inbox)
+                        except EOFError:  # the caller closed the pipe: no more work
+                            break
+                        pickle.dump(function(*args), outbox, protocol=pickle.HIGHEST_PROTOCOL)
+                        outbox.flush()
+                status = 0
+            finally:
+                os._exit(status)
+        os.close(inbox_read)
+        os.close(outbox_write)
+        self.pid = pid
+        self.inbox = os.fdopen(inbox_write, "wb")
+        self.outbox = os.fdopen(outbox_read, "rb")
+        self.failed = None  # why the helper is no longer used
+
+    def submit(self, function, *args):
+        if self.failed is None:
+            try:
+                pickle.dump((function, args), self.inbox, protocol=pickle.HIGHEST_PROTOCOL)
+                self.inbox.flush()
+            except OSError as e:  # the helper is gone (BrokenPipeError)
+                self._fail(f"{type(e).__name__}: {e}", function)
+        return _WorkerCall(self, function, args, sent=self.failed is None)
+
+    def _fail(self, problem, function):
+        self.failed = problem
+        name = getattr(getattr(function, "func", function), "__name__", "?")
+        logging.warning("a helper process failed (%s); doing its work (%s) here", problem,
+                        name)
+        self.close(kill=True)
+
+    def close(self, kill=False):
+        """Ends the helper (killed with ``kill``: we stop early on an error) and reaps it."""
+        for pipe in (self.inbox, self.outbox):
+            try:
+                pipe.close()
+            except OSError:
+                pass
+        if self.pid is None:
+            return None
+        pid, self.pid = self.pid, None
+        if kill:
+            os.kill(pid, signal.SIGKILL)  # it cannot be gone: only waitpid reaps it
+        return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+class _WorkerCall:
+    def __init__(self, worker, function, args, sent):
+        self.worker, self.function, self.args, self.sent = worker, function, args, sent
+
+    def result(self):
+        if self.sent and self.worker.failed is None:
+            try:
+                return pickle.load(self.worker.outbox)
+            except EOFError:
+                self.worker._fail("it ended", self.function)
+            except (OSError, pickle.UnpicklingError) as e:
+                self.worker._fail(f"{type(e).__name__}: {e}", self.function)
+        return self.function(*self.args)
+
+    def stop(self):
+        self.worker.close(kill=True)

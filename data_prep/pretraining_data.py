@@ -357,6 +357,9 @@ def encode_lines(tokenizer, lines: List[str]) -> "tuple[np.ndarray, np.ndarray]"
     """
     if not lines:
         return np.zeros(0, np.int32), np.zeros(0, np.int64)
+    encode_flat = getattr(tokenizer, "encode_batch_flat", None)
+    if encode_flat is not None:
+        return encode_flat(lines)
     encode_batch = getattr(tokenizer, "encode_batch", None)
     if encode_batch is not None:
         ids = encode_batch(lines)
@@ -771,9 +774,6 @@ class _CallHere:
     def result(self):
         return self.value
 
-    def stop(self):
-        pass
-
 
 def serialised_rows(features: dict, kinds: dict, n_out: int, records_before: int) -> list:
     """(TFRecord bytes, record count) of a batch's rows for each of ``n_out`` outputs: record
@@ -814,6 +814,7 @@ def write_instances(corpus: Corpus, output_files: Sequence[str], vocab: VocabInf
     rng_order, rng_stream, rng_trunc, rng_shuffle, rng_mask, rng_pack = \
         _random_streams(options.random_seed)
     writers, pending = [], collections.deque()  # serialised batches not yet written
+    serialiser = None  # a forked.ForkedWorker
     written_tokens = written_slots = records_before = 0
     try:
         for path in output_files:
@@ -835,9 +836,12 @@ def write_instances(corpus: Corpus, output_files: Sequence[str], vocab: VocabInf
             from data_prep.unmasked_instances import build_unmasked_instances as build
         # Serialising batch k (in a forked helper when there are cores for it) runs while
         # this process builds batch k+1; batches are written in order.
-        beside = processes > 1 and forked.fork_is_safe()
-        if beside:
+        if processes > 1 and forked.fork_is_safe():
             forked.prepare_to_fork()
+            serialiser = forked.ForkedWorker()
+            submit = serialiser.submit
+        else:
+            submit = _CallHere
         for start in range(0, len(plan), BATCH_SIZE):
             pause_point("records_batch")  # tests: killed after start / BATCH_SIZE batches
             part = plan.take(slice(start, start + BATCH_SIZE))
@@ -851,13 +855,14 @@ def write_instances(corpus: Corpus, output_files: Sequence[str], vocab: VocabInf
                 kinds = packing.packed_kinds(kinds)
             written_tokens += int(features["input_mask"].sum())
             written_slots += features["input_mask"].size
-            pending.append((forked.ForkedCall if beside else _CallHere)(
-                serialised_rows, features, kinds, n_out, records_before))
-            records_before += len(features["input_ids"])
-            while len(pending) > 1:
+            if pending:  # first: the helper takes the next batch only when this one is back
                 _write_rows(writers, pending.popleft().result())
+            pending.append(submit(serialised_rows, features, kinds, n_out, records_before))
+            records_before += len(features["input_ids"])
         while pending:
             _write_rows(writers, pending.popleft().result())
+        if serialiser is not None:
+            serialiser.close()
         vocab_hash = record_metadata.vocab_sha256(vocab.id_to_token)
         for writer in writers:
             try:  # the metadata first: a record file under its final name always has it
@@ -870,8 +875,8 @@ def write_instances(corpus: Corpus, output_files: Sequence[str], vocab: VocabInf
                     from None
         t2 = time.perf_counter()
     except BaseException:
-        for call in pending:
-            call.stop()
+        if serialiser is not None:
+            serialiser.close(kill=True)
         for writer in writers:
             writer.abort()
         raise

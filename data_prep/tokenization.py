@@ -40,6 +40,8 @@ import os
 import re
 import unicodedata
 
+import numpy as np
+
 # Tokens that BERT pre-training and fine-tuning insert; a vocab without them is unusable.
 SPECIAL_TOKENS = ("[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # Google's WordpieceTokenizer default: a longer word is a single [UNK].
@@ -481,6 +483,37 @@ class FullTokenizer:
         word_lists, word_ids = self._words_and_ids(texts)
         lookup, chain = word_ids.__getitem__, itertools.chain.from_iterable
         return [list(chain(map(lookup, words))) for words in word_lists]
+
+    def encode_batch_flat(self, texts):
+        """``encode_batch`` as (all ids concatenated, int32; the number of ids of each text),
+        built with NumPy gathers instead of one Python list per text: about a third of the
+        time of tokenizing for pre-training data went to those lists."""
+        if self.is_sentencepiece:
+            ids = self.encode_batch(texts)
+            counts = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+            return (np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32,
+                                count=int(counts.sum())), counts)
+        word_lists, word_ids = self._words_and_ids(texts)
+        words_per_text = np.fromiter(map(len, word_lists), dtype=np.int64,
+                                     count=len(word_lists))
+        words = list(itertools.chain.from_iterable(word_lists))
+        distinct = list(dict.fromkeys(words))  # this batch's words, each once
+        position = {word: index for index, word in enumerate(distinct)}
+        which = np.fromiter(map(position.__getitem__, words), dtype=np.int64, count=len(words))
+        pieces = [word_ids[word] for word in distinct]
+        length = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
+        table = np.fromiter(itertools.chain.from_iterable(pieces), dtype=np.int32,
+                            count=int(length.sum()))
+        start = np.cumsum(length) - length                   # of each distinct word in table
+        per_word = length[which]                             # ids of each word of the texts
+        total = int(per_word.sum())
+        # Id k of the output is table[start[word] + (k - first output id of that word)].
+        first = np.cumsum(per_word) - per_word
+        flat = table[np.repeat(start[which] - first, per_word) + np.arange(total)]
+        ends = np.cumsum(words_per_text)
+        word_ends = np.concatenate([[0], np.cumsum(per_word)])
+        counts = word_ends[ends] - word_ends[ends - words_per_text]
+        return flat, counts
 
     def tokenize_reference(self, text):
         """The pure-Python reference (slow); ``tokenize`` must always agree with it."""

@@ -16,6 +16,16 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# The end of each case script: whether any child process is left, then the results.
+_REPORT = r"""
+try:
+    os.waitpid(-1, os.WNOHANG)
+    out["children_left"] = True
+except ChildProcessError:
+    out["children_left"] = False
+print(json.dumps(out))
+"""
+
 _CASES = r"""
 import json, logging, os, sys, threading, time
 from data_prep import forked, pretraining_data
@@ -63,12 +73,6 @@ try:
 except RuntimeError as e:
     out["caller_error"] = str(e)
 out["caller_error_seconds"] = time.time() - started
-try:
-    os.waitpid(-1, os.WNOHANG)
-    out["children_left"] = True
-except ChildProcessError:
-    out["children_left"] = False
-print(json.dumps(out))
 """
 
 
@@ -79,7 +83,7 @@ def _python(*args, timeout=120):
 
 
 def test_helpers_tokenize_their_parts_in_order_and_fail_safely():
-    proc = _python("-c", _CASES)
+    proc = _python("-c", _CASES + _REPORT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout)
     parent = out["parent"]
@@ -106,29 +110,43 @@ def test_helpers_tokenize_their_parts_in_order_and_fail_safely():
 
 
 _SERIALISE = r"""
-import hashlib, json, os, sys
+import hashlib, json, logging, os, sys
 from data_prep import forked, pretraining_data
 
-pretraining_data.BATCH_SIZE = 256  # several batches from a small corpus (same for both runs)
-helpers = []
-class Recorded(forked.ForkedCall):
-    def __init__(self, function, *args):
-        super().__init__(function, *args)
-        helpers.append(self.pid)
-forked.ForkedCall = Recorded
+pretraining_data.BATCH_SIZE = 256  # several batches from a small corpus (same for every run)
+parent = os.getpid()
+seen = {"helpers": set(), "calls": 0}
+submit = forked.ForkedWorker.submit
+def recorded(self, function, *args):
+    seen["helpers"].add(self.pid)
+    seen["calls"] += 1
+    return submit(self, function, *args)
+forked.ForkedWorker.submit = recorded
+serialise = pretraining_data.serialised_rows
+def dies_in_the_helper_at_batch_3(features, kinds, n_out, records_before):
+    if os.getpid() != parent and records_before >= 2 * 256:
+        os._exit(3)
+    return serialise(features, kinds, n_out, records_before)
+warnings = []
+logging.getLogger("absl").addHandler(type("H", (logging.Handler,), {
+    "emit": lambda self, record: warnings.append(record.getMessage())})())
 corpus, vocab, folder = sys.argv[1:4]
 out = {}
-for processes in (1, 2):
-    path = os.path.join(folder, f"p{processes}.tfrecord")
+for name, processes in (("one", 1), ("two", 2), ("failing", 2)):
+    if name == "failing":
+        pretraining_data.serialised_rows = dies_in_the_helper_at_batch_3
+    path = os.path.join(folder, f"{name}.tfrecord")
     stats = pretraining_data.create_pretraining_tfrecords(
         corpus, path, vocab,
         pretraining_data.PretrainingOptions(dupe_factor=1, max_seq_length=32),
         log_instances=0, processes=processes)
     with open(path, "rb") as reader:
-        out[processes] = {"sha": hashlib.sha256(reader.read()).hexdigest(),
-                          "instances": stats.instances, "helpers": len(set(helpers))}
-    helpers.clear()
-print(json.dumps(out))
+        out[name] = {"sha": hashlib.sha256(reader.read()).hexdigest(),
+                     "instances": stats.instances, "helpers": len(seen["helpers"] - {None}),
+                     "calls": seen["calls"], "warnings": list(warnings)}
+    seen["helpers"].clear()
+    seen["calls"] = 0
+    warnings.clear()
 """
 
 
@@ -142,19 +160,25 @@ def _sentence_corpus(path):
     return sum(1 for line in open(path, encoding="utf-8") if line.strip())
 
 
-def test_batches_are_serialised_by_helpers_into_the_same_bytes(minilm_vocab, tmp_path):
+def test_batches_are_serialised_by_a_helper_into_the_same_bytes(minilm_vocab, tmp_path):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n\n".join(
         "\n".join(f"Sentence {s} of document {d} says a few more words." for s in range(12))
         for d in range(200)) + "\n")
-    proc = _python("-c", _SERIALISE, str(corpus), minilm_vocab, str(tmp_path))
+    proc = _python("-c", _SERIALISE + _REPORT, str(corpus), minilm_vocab, str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout)
-    batches = -(-out["2"]["instances"] // 256)
-    assert batches >= 3
-    assert out["1"]["helpers"] == 0
-    assert out["2"]["helpers"] == batches  # every batch serialised by a helper of its own
-    assert out["2"]["sha"] == out["1"]["sha"]
+    batches = -(-out["two"]["instances"] // 256)
+    assert batches >= 4
+    assert out["one"]["calls"] == 0
+    # One helper took every batch, and the bytes are those of one process.
+    assert out["two"]["helpers"] == 1 and out["two"]["calls"] == batches
+    assert out["two"]["sha"] == out["one"]["sha"] and not out["two"]["warnings"]
+    # The helper died at the third batch: the rest was serialised here, the same bytes.
+    assert out["failing"]["sha"] == out["one"]["sha"]
+    assert len(out["failing"]["warnings"]) == 1
+    assert "helper process failed" in out["failing"]["warnings"][0]
+    assert out["children_left"] is False
 
 
 def test_records_are_byte_identical_for_any_number_of_processes(minilm_vocab, tmp_path):

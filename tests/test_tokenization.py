@@ -10,6 +10,7 @@ import os
 import re
 import unicodedata
 
+import numpy as np
 import pytest
 
 from data_prep import tokenization
@@ -366,6 +367,9 @@ def test_sentencepiece_model(tmp_path, book_lines):
     assert tokenizer.tokenize_batch(lines) == [tokenizer.tokenize(l) for l in lines]
     assert tokenizer.encode_batch(lines) == [tokenizer.convert_tokens_to_ids(tokenizer.tokenize(l))
                                              for l in lines]
+    flat, counts = tokenizer.encode_batch_flat(lines)
+    per_text = np.split(flat, np.cumsum(counts)[:-1])
+    assert [ids.tolist() for ids in per_text] == tokenizer.encode_batch(lines)
 
 
 def test_sentencepiece_without_special_pieces(tmp_path, book_lines):
@@ -384,6 +388,14 @@ def test_batch_equals_per_line(minilm_vocab, book_lines):
     ids = [per_line.convert_tokens_to_ids(t) for t in tokens]
     assert batch.encode_batch(book_lines) == ids
     assert FullTokenizer(minilm_vocab).encode_batch(book_lines) == ids  # cold word cache
+
+    # The flat form (pre-training data): the same ids, texts without words included.
+    texts = [book_lines[0], "", "   \x00\t ", *book_lines[1:50], "\x01", book_lines[0]]
+    expected = [per_line.convert_tokens_to_ids(per_line.tokenize(t)) for t in texts]
+    flat, counts = FullTokenizer(minilm_vocab).encode_batch_flat(texts)
+    assert counts.tolist() == [len(e) for e in expected]
+    assert flat.dtype == np.int32 and flat.tolist() == [i for e in expected for i in e]
+    assert [a.tolist() for a in FullTokenizer(minilm_vocab).encode_batch_flat([])] == [[], []]
 
     small_cache = FullTokenizer(minilm_vocab)
     small_cache.word_cache_size = 500  # forces the cache to be dropped and refilled
