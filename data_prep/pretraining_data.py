@@ -766,7 +766,7 @@ def _random_streams(seed: int):
 
 
 class _CallHere:
-    """A call done at once, with the interface of ``forked.ForkedCall``."""
+    """A call done at once, with the interface of a ``forked.ForkedWorker`` call."""
 
     def __init__(self, function, *args):
         self.value = function(*args)
