@@ -279,14 +279,15 @@ def run_benchmark(args, work):
 def print_stages(corpus, vocab, work, args):
     """Where the time goes, from one in-process run (wall seconds per stage)."""
     sys.path.insert(0, REPO)
-    from data_prep import forked, pretraining_data
+    from data_prep import pretraining_data
+    from training.threads import available_cpus
     t0 = time.perf_counter()
     stats = pretraining_data.create_pretraining_tfrecords(
         corpus, os.path.join(work, "stages.tfrecord"), vocab,
         pretraining_data.PretrainingOptions(
             max_seq_length=args.max_seq_length,
             max_predictions_per_seq=args.max_predictions_per_seq,
-            dupe_factor=args.dupe_factor), log_instances=0, processes=forked.usable_cores())
+            dupe_factor=args.dupe_factor), log_instances=0, processes=available_cpus())
     total = time.perf_counter() - t0
     sec = stats.seconds
     print("stages (in-process, wall s): " + ", ".join(

@@ -18,7 +18,7 @@ import sys
 
 from cli.command import Command
 from cli.flag_groups import INPUT, OUTPUT, PRECISION, bind
-from data_prep import forked
+from training.threads import available_cpus
 
 
 def define_flags(flag_values):
@@ -54,9 +54,9 @@ def define_flags(flag_values):
                   "instances each (less padding; run_pretraining.py keeps them apart).")
     f.DEFINE_integer("max_sequences_per_row", 3, "With --pack: instances per row at most.")
     bind(flag_values, PRECISION).DEFINE_integer(
-        "n_processes", forked.usable_cores(),
+        "n_processes", available_cpus(),
         "Processes that tokenize the input and serialise the records (the output is the same "
-        "for any number); default: one per core this process may use.")
+        "for any number); default: the CPUs this process may use (affinity, cgroup quota).")
     bind(flag_values, OUTPUT).DEFINE_string(
         "output_file", None, "Output TF example file (or comma-separated list of files).")
 

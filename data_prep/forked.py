@@ -28,24 +28,10 @@ from absl import logging
 from data_prep.worker_lifetime import die_with_parent
 
 
-def usable_cores() -> int:
-    """Cores this process may run on (its CPU affinity, which Slurm and taskset narrow)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def fork_is_safe() -> bool:
     """True when a fork cannot inherit a lock held by another thread (see the docstring)."""
     return (hasattr(os, "fork") and threading.active_count() == 1
             and "tensorflow" not in sys.modules)
-
-
-def prepare_to_fork():
-    """Call before the first fork of a run. Rust's thread pool (tokenizers) must not be in
-    use across a fork, and with one process a core it has nothing to do anyway."""
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 def map_in_processes(function, parts):
@@ -54,12 +40,12 @@ def map_in_processes(function, parts):
     helpers = []
     try:
         for part in parts[1:]:
-            helpers.append(ForkedCall(function, part))
+            helpers.append(ForkedWorker(function, part))
         results = [function(parts[0])] if parts else []
-        results.extend(helper.result() for helper in helpers)
+        results.extend(helper.first.result() for helper in helpers)
     finally:
         for helper in helpers:
-            helper.stop()
+            helper.close(kill=True)  # only those still there: the others are reaped
     return results
 
 
@@ -73,71 +59,24 @@ def _start_helper(parent, *caller_ends):
     die_with_parent(parent)
 
 
-class ForkedCall:
-    """``function(*args)`` computed in a forked helper; ``result()`` waits for its value."""
-
-    def __init__(self, function, *args):
-        self.function, self.args = function, args
-        parent = os.getpid()
-        read_end, write_end = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the helper: never returns into the caller's code
-            status = 1
-            try:
-                _start_helper(parent, read_end)
-                value = function(*args)
-                with os.fdopen(write_end, "wb") as writer:
-                    pickle.dump(value, writer, protocol=pickle.HIGHEST_PROTOCOL)
-                status = 0
-            finally:
-                os._exit(status)
-        os.close(write_end)
-        self.pid = pid
-        self.reader = os.fdopen(read_end, "rb")
-
-    def result(self):
-        """The helper's value; computed here instead if the helper failed."""
-        try:
-            value = pickle.load(self.reader)
-            status = self.stop(wait=True)
-            if not status:
-                return value
-            problem = f"exit status {status}"
-        except EOFError:  # its end of the pipe closes when it ends
-            problem = f"exit status {self.stop(wait=True)}"
-        except (OSError, pickle.UnpicklingError) as e:
-            problem = f"{type(e).__name__}: {e}"
-        self.stop()  # kills a helper that is still there after sending garbage
-        name = getattr(getattr(self.function, "func", self.function), "__name__", "?")
-        logging.warning("a helper process failed (%s); doing its work (%s) here", problem,
-                        name)
-        return self.function(*self.args)
-
-    def stop(self, wait=False):
-        """Closes the pipe and reaps the helper: waits for it with ``wait``, else kills it
-        first (we stop early on an error). Returns its exit code (negative: the signal that
-        ended it; None if reaped before)."""
-        self.reader.close()
-        if self.pid is None:
-            return None
-        pid, self.pid = self.pid, None
-        if not wait:
-            os.kill(pid, signal.SIGKILL)  # it cannot be gone: only waitpid reaps it
-        return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-
-
 class ForkedWorker:
-    """One forked helper that runs the calls sent to it in order: for a stream of work (the
-    serialisation of each batch) where a fork per call would cost more than it saves (after
-    each fork, every page this process writes is first copied).
+    """One forked helper that runs calls in order: ``function(*args)`` given here (computed
+    from the memory it shares with us: nothing is sent), then each call sent to it by
+    ``submit``. For a stream of work (the serialisation of each batch) one helper serves
+    all: a fork per call would cost more than it saves (after each fork, every page this
+    process writes is first copied).
 
-    ``submit(function, *args)`` returns a call whose ``result()`` waits for the value (the
-    function is pickled by name, the arguments and the value by value). Submit the next call
-    only after taking the previous result: both pipes can then never be full at once. A
-    helper that fails costs time, not output: its call and every later one run here.
+    ``first`` and ``submit(function, *args)`` are calls whose ``result()`` waits for the
+    value (a submitted function is pickled by name, its arguments and every value by
+    value). Submit the next call only after taking the previous result: both pipes can then
+    never be full at once. A helper that fails costs time, not output: its call and every
+    later one run here, with a warning.
     """
 
-    def __init__(self):
+    def __init__(self, function=None, *args):
+        # Rust's thread pool (tokenizers) must not be in use across a fork, and with one
+        # process a core it has nothing to do anyway; set before the first helper exists.
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         parent = os.getpid()
         inbox_read, inbox_write = os.pipe()
         outbox_read, outbox_write = os.pipe()
@@ -148,13 +87,11 @@ class ForkedWorker:
                 _start_helper(parent, inbox_write, outbox_read)
                 with os.fdopen(inbox_read, "rb") as inbox, \
                         os.fdopen(outbox_write, "wb") as outbox:
-                    while True:
-                        try:
-                            function, args = pickle.load(inbox)
-                        except EOFError:  # the caller closed the pipe: no more work
-                            break
-                        pickle.dump(function(*args), outbox, protocol=pickle.HIGHEST_PROTOCOL)
+                    call = (function, args) if function is not None else _receive(inbox)
+                    while call is not None:
+                        pickle.dump(call[0](*call[1]), outbox, protocol=pickle.HIGHEST_PROTOCOL)
                         outbox.flush()
+                        call = _receive(inbox)
                 status = 0
             finally:
                 os._exit(status)
@@ -164,6 +101,7 @@ class ForkedWorker:
         self.inbox = os.fdopen(inbox_write, "wb")
         self.outbox = os.fdopen(outbox_read, "rb")
         self.failed = None  # why the helper is no longer used
+        self.first = None if function is None else _WorkerCall(self, function, args, True)
 
     def submit(self, function, *args):
         if self.failed is None:
@@ -182,7 +120,8 @@ class ForkedWorker:
         self.close(kill=True)
 
     def close(self, kill=False):
-        """Ends the helper (killed with ``kill``: we stop early on an error) and reaps it."""
+        """Ends the helper (killed with ``kill``: we stop early on an error) and reaps it.
+        Returns its exit code (negative: the signal that ended it; None if reaped before)."""
         for pipe in (self.inbox, self.outbox):
             try:
                 pipe.close()
@@ -196,7 +135,16 @@ class ForkedWorker:
         return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 
 
+def _receive(inbox):
+    """The next (function, args) sent to a helper; None when the caller closed the pipe."""
+    try:
+        return pickle.load(inbox)
+    except EOFError:
+        return None
+
 class _WorkerCall:
+    """A call of a ``ForkedWorker`` (its first, or one submitted)."""
+
     def __init__(self, worker, function, args, sent):
         self.worker, self.function, self.args, self.sent = worker, function, args, sent
 
@@ -204,11 +152,8 @@ class _WorkerCall:
         if self.sent and self.worker.failed is None:
             try:
                 return pickle.load(self.worker.outbox)
-            except EOFError:
-                self.worker._fail("it ended", self.function)
+            except EOFError:  # its end of the pipe closes when it ends
+                self.worker._fail(f"exit status {self.worker.close()}", self.function)
             except (OSError, pickle.UnpicklingError) as e:
                 self.worker._fail(f"{type(e).__name__}: {e}", self.function)
         return self.function(*self.args)
-
-    def stop(self):
-        self.worker.close(kill=True)

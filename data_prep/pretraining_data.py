@@ -378,7 +378,6 @@ def encode_lines_in_processes(tokenizer, lines: List[str],
     processes = min(processes, len(lines) // MIN_LINES_PER_PROCESS)
     if processes <= 1 or not forked.fork_is_safe():
         return encode_lines(tokenizer, lines)
-    forked.prepare_to_fork()
     bounds = [len(lines) * k // processes for k in range(processes + 1)]
     parts = forked.map_in_processes(functools.partial(encode_lines, tokenizer),
                                     [lines[a:b] for a, b in zip(bounds, bounds[1:])])
@@ -837,7 +836,6 @@ def write_instances(corpus: Corpus, output_files: Sequence[str], vocab: VocabInf
         # Serialising batch k (in a forked helper when there are cores for it) runs while
         # this process builds batch k+1; batches are written in order.
         if processes > 1 and forked.fork_is_safe():
-            forked.prepare_to_fork()
             serialiser = forked.ForkedWorker()
             submit = serialiser.submit
         else:

@@ -202,7 +202,7 @@ def test_records_are_byte_identical_for_any_number_of_processes(minilm_vocab, tm
 _KILLED = r"""
 import os, sys, time
 from data_prep import forked
-call = forked.ForkedCall(time.sleep, 120)
+call = forked.ForkedWorker(time.sleep, 120)
 print(call.pid, flush=True)
 time.sleep(120)
 """
