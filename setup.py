@@ -14,8 +14,8 @@ setup(
     description="BERT pre-training, fine-tuning and export for TensorFlow 2.15 (tf.estimator), "
                 "with XLA, mixed precision, LAMB and Horovod.",
     python_requires=">=3.10,<3.12",
-    packages=["cli", "modeling", "optimization", "data_prep", "finetuning", "pipeline",
-              "pretraining", "training"],
+    packages=["cli", "pretraining", "finetuning", "training", "runtime", "resilience",
+              "modeling", "optimization", "data_prep", "reporting"],
     package_data={"modeling": ["configs/*.json"]},
     install_requires=[
         "tensorflow-estimator==2.15.0",
@@ -58,7 +58,7 @@ setup(
             "bert-squad=cli.finetune:SQUAD.run",                         # run_squad.py
             "bert-inference=cli.inference:COMMAND.run",                  # inference.py
             "bert-extract-features=cli.extract_features:COMMAND.run",
-            "bert-convert-checkpoint=cli.convert_checkpoint:main",  # python -m modeling.convert
+            "bert-convert-checkpoint=cli.convert_checkpoint:main",  # python -m cli.convert_checkpoint
             "bert-demo=cli.demo:COMMAND.run",                            # demo.py
         ],
     },

@@ -35,7 +35,7 @@ must be one process's). Stages:
 5. ``downstream``: each run's final model and a random initialisation fine-tuned with
    ``run_classifier.py`` on SST-2 and CoLA (``../shared/data/glue``: each dev file split into
    fixed train/held-out halves), ``--seeds`` seeds each; the peer's weights are converted
-   with ``python -m modeling.convert hf2tf`` so that every model is fine-tuned the same way.
+   with ``python -m cli.convert_checkpoint hf2tf`` so that every model is fine-tuned the same way.
 6. ``report``: ``<results_dir>/convergence.md`` (tables), ``convergence.json`` and two plots
    (held-out masked-LM loss against sequences seen and against wall-clock seconds), from
    ``bench/convergence_report.py``.
@@ -234,7 +234,7 @@ def stage_data(study, shared_data, corpus, vocab_file):
                  os.path.join(shared_data, "books"))
             parts.append("bookscorpus")
     if corpus is None:
-        from pipeline.demo import write_stdlib_corpus
+        from cli.demo import write_stdlib_corpus
         corpus = study.path("stdlib_docstrings.txt")
         write_stdlib_corpus(corpus)
     prep("--action", "text_formatting", "--dataset", "custom", "--input", corpus)

@@ -23,7 +23,7 @@ REPO = os.path.dirname(BENCH)
 sys.path.insert(0, BENCH)
 sys.path.insert(0, REPO)  # first: bench/data_prep.py must not hide the package
 
-from training.cpu_kernels import enable_onednn  # noqa: E402  (before TensorFlow)
+from runtime.cpu_kernels import enable_onednn  # noqa: E402  (before TensorFlow)
 
 enable_onednn()
 

@@ -8,7 +8,7 @@ written in the task's original layout so ``run_classifier.py`` reads them as GLU
 
 Models: the final (phase 2) weights of every run, and a random initialisation (no
 ``--init_checkpoint``). The peer's HuggingFace weights are converted to a Google-format
-checkpoint with ``python -m modeling.convert hf2tf``, so every model is fine-tuned by the same
+checkpoint with ``python -m cli.convert_checkpoint hf2tf``, so every model is fine-tuned by the same
 command with the same recipe (``FINETUNE``: one recipe for all, chosen for a 4-layer model on
 ~450 examples, not tuned per model), ``--seeds`` seeds each. The pre-training heads are not
 used: the classifier reads the pooled [CLS] output, as GLUE fine-tuning does.
@@ -62,10 +62,10 @@ def _initial_checkpoints(study, data, names):
             shutil.copy(data["vocab_file"], os.path.join(hf_dir, "vocab.txt"))
             converted = study.path("downstream", "models", name)
             if not os.path.exists(os.path.join(converted, "bert_config.json")):
-                study.run(_python("-m", "modeling.convert", "hf2tf", "--hf_dir", hf_dir,
+                study.run(_python("-m", "cli.convert_checkpoint", "hf2tf", "--hf_dir", hf_dir,
                                        "--output_dir", converted),
                           study.path("downstream", "convert.log"),
-                          what=f"modeling.convert hf2tf {name}")
+                          what=f"cli.convert_checkpoint hf2tf {name}")
             models[name] = converted
         else:
             models[name] = os.path.join(folder, "phase_2")

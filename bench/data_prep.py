@@ -280,7 +280,7 @@ def print_stages(corpus, vocab, work, args):
     """Where the time goes, from one in-process run (wall seconds per stage)."""
     sys.path.insert(0, REPO)
     from data_prep import pretraining_data
-    from training.threads import available_cpus
+    from runtime.threads import available_cpus
     t0 = time.perf_counter()
     stats = pretraining_data.create_pretraining_tfrecords(
         corpus, os.path.join(work, "stages.tfrecord"), vocab,

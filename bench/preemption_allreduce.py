@@ -37,7 +37,7 @@ def rank_main(args):
     import pretrain as bench
     from modeling import named_config
     from pretraining.model_fn import make_model_fn
-    from training.distributed import Workers
+    from runtime.distributed import Workers
     from training.settings import TrainingSettings
     tf1 = tf.compat.v1
     tf1.disable_eager_execution()

@@ -61,8 +61,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
+from runtime.xla_env import XLA_CPU_FLAG  # noqa: E402 (no TF)
 from training.flops import PEAK_TFLOPS, training_flops_per_sequence  # noqa: E402 (no TF)
-from training.xla_env import XLA_CPU_FLAG  # noqa: E402 (no TF)
 
 CONFIGS = ("fp32", "fp32+xla", "bf16", "bf16+xla")
 PRECISIONS = {"fp32": "float32", "bf16": "bfloat16"}
@@ -348,11 +348,11 @@ def worker_train(args):
 
 def run_worker(args):
     if args.xla:
-        from training.xla_env import enable_cpu_xla
+        from runtime.xla_env import enable_cpu_xla
         if not enable_cpu_xla():
             raise SystemExit("TensorFlow was imported before XLA's CPU flag was set")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from training.cpu_kernels import enable_onednn
+    from runtime.cpu_kernels import enable_onednn
     enable_onednn()   # as run_pretraining.py does (TF_ENABLE_ONEDNN_OPTS=0 in the shell keeps Eigen)
     result = worker_ceiling(args) if args.worker == "ceiling" else worker_train(args)
     print(json.dumps(result), flush=True)

@@ -38,7 +38,7 @@ def child(model, batch, seq, predictions):
     # tree goes on the path after $REPO: bench/pretrain.py puts it first otherwise, and
     # every variant would then run this tree's model and optimizer.
     sys.path[:0] = [repo, os.path.dirname(HERE), DEFAULT_REPO]
-    # Every variant gets what our entry points set (training.cpu_kernels), which older trees
+    # Every variant gets what our entry points set (runtime.cpu_kernels), which older trees
     # did not: the comparison is then of the code alone. TF_ENABLE_ONEDNN_OPTS=0 overrides.
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
     if os.environ["TF_ENABLE_ONEDNN_OPTS"] == "unset":   # TensorFlow's own default

@@ -341,7 +341,7 @@ def run_worker(side, spec):
     os.dup2(2, 1)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     if side == "ours":
-        from training.cpu_kernels import enable_onednn
+        from runtime.cpu_kernels import enable_onednn
         enable_onednn()   # as our entry points do, before TensorFlow is imported
     start = time.perf_counter()
     step = OursStep(spec) if side == "ours" else HFStep(spec)

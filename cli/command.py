@@ -13,11 +13,19 @@ from typing import Callable, Optional, Sequence
 
 from absl import app, flags
 
-from cli import console
-from cli.flag_ranges import register_ranges
 from cli.flag_groups import grouped_help
+from cli.flag_ranges import register_ranges
+from reporting import console
 
 HELP_ARGS = ("--help", "-h", "-?", "--helpshort")
+
+
+def prepare_process(argv=None):
+    """Before anything imports TensorFlow: oneDNN kernels on (`runtime.cpu_kernels`, also
+    read once, when TensorFlow starts), then the console (`reporting.console.prepare`)."""
+    from runtime.cpu_kernels import enable_onednn
+    enable_onednn()
+    console.prepare(argv)
 
 
 def _print_help(text):
@@ -46,7 +54,7 @@ class Command:
     def run(self, argv: Optional[Sequence[str]] = None):
         """Parses the command line (sys.argv) and runs the command; exits with its status."""
         argv = list(sys.argv if argv is None else argv)
-        console.prepare(argv)
+        prepare_process(argv)
         self.define_flags(flags.FLAGS)
         register_ranges(flags.FLAGS)  # every numeric flag checked as it is parsed
         if any(arg in HELP_ARGS for arg in argv[1:]):

@@ -3,7 +3,7 @@
     bert-convert-checkpoint hf2tf --hf_dir DIR --output_dir OUT
     bert-convert-checkpoint tf2hf --tf_checkpoint CKPT --bert_config_file CFG \\
         --vocab_file VOCAB --output_dir OUT
-    (or: python -m modeling.convert ...)
+    (or: python -m cli.convert_checkpoint ...)
 
 The conversion is modeling/convert.py's; this module is its command line (argparse, as the
 two directions take different flags), kept free of TensorFlow so `--help` is instant.
@@ -43,9 +43,10 @@ def parser():
 
 
 def main(argv=None):
-    from cli import console
+    from cli.command import prepare_process
+    from reporting import console
     args = parser().parse_args(argv)
-    console.prepare()
+    prepare_process()
     console.start("convert_checkpoint")
     from modeling import convert
     from modeling.checkpoints import CheckpointError
@@ -61,3 +62,7 @@ def main(argv=None):
         return 1
     print(out)
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

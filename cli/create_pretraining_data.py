@@ -18,7 +18,7 @@ import sys
 
 from cli.command import Command
 from cli.flag_groups import INPUT, OUTPUT, PRECISION, bind
-from training.threads import available_cpus
+from runtime.threads import available_cpus
 
 
 def define_flags(flag_values):

@@ -4,7 +4,7 @@
 CPU needs its environment flag set before TensorFlow starts).
 """
 from cli.command import Command
-from finetuning.flags import define_classifier_flags, define_squad_flags
+from cli.finetuning_flags import define_classifier_flags, define_squad_flags
 
 GLUE_DOC = """Fine-tune BERT on a GLUE task (Google's run_classifier.py flags).
 

@@ -14,7 +14,7 @@ the training summary and the evaluation (written to <output_dir>/eval_results.tx
 Google's names). The log file is <output_dir>/run_pretraining.log.
 """
 from cli.command import Command
-from pretraining.flags import define_flags
+from cli.pretraining_flags import define_flags
 
 
 def main(flags):

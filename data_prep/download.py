@@ -194,7 +194,7 @@ def sha256_of(path: str) -> str:
 
 
 def _progress(total: Optional[int], initial: int, desc: str, enabled: Optional[bool]):
-    from cli.progress import bar
+    from reporting.progress import bar
     # enabled=None: a bar on a terminal, occasional plain lines in the log of a batch job.
     return bar(total=total, initial=initial, desc=desc, unit="B", unit_scale=True,
                unit_divisor=1024, enabled=enabled, leave=False)
@@ -332,7 +332,7 @@ def _target_lock(dest: str, log: Callable[[str], None]):
     """Holds ``dest.lock`` (flock) while ``dest`` is downloaded: two downloads of one file
     at once (two bertPrep.py runs) used to append to one ``.part`` together, and the
     interleaved result was renamed into place as if complete. The second now waits, then
-    finds the file there. As in ``training.run_lock``, the holder removes the lock file
+    finds the file there. As in ``resilience.run_lock``, the holder removes the lock file
     while still holding it; a waiter that then locks a removed file tries again."""
     path = dest + ".lock"
     while True:

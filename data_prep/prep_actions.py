@@ -55,10 +55,10 @@ import sys
 import time
 from typing import Callable, List, Optional, Sequence, Tuple
 
-from cli.progress import eta
 from data_prep.pretraining_data import DataPrepError
 from data_prep.temporaries import remove_stale_temporaries
 from data_prep.worker_lifetime import die_with_parent, pool_context
+from reporting.progress import eta
 
 ACTIONS = ("download", "text_formatting", "sharding", "create_tfrecord_files", "create_vocab")
 CORPORA = ("wikicorpus_en", "wikicorpus_zh", "bookscorpus", "books_wiki_en_corpus", "custom")

@@ -36,8 +36,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from data_prep.pretraining_data import DataPrepError
 from data_prep import sentence_segmentation
+from data_prep.pretraining_data import DataPrepError
 from data_prep.worker_lifetime import die_with_parent, pool_context
 
 
@@ -82,7 +82,7 @@ class ShardingStats:
 
 def index_documents(input_files: Sequence[str], progress: Optional[bool] = False) -> DocumentIndex:
     """One streaming pass: the byte span of every non-blank line of every file."""
-    from cli.progress import bar
+    from reporting.progress import bar
     file_index, offsets, lengths = array.array("i"), array.array("q"), array.array("q")
     total = 0
     for path in input_files:
@@ -217,7 +217,7 @@ def shard_corpus(input_files: Sequence[str], output_dir: str, prefix: str,
                  options: ShardingOptions = ShardingOptions(),
                  progress: Optional[bool] = None, log=print) -> ShardingStats:
     """Indexes, assigns and writes all shards of ``input_files`` into ``output_dir``."""
-    from cli.progress import bar
+    from reporting.progress import bar
     if not input_files:
         raise ShardingError("--input", "no formatted input files")
     for path in input_files:

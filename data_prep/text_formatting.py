@@ -331,7 +331,7 @@ def format_wikipedia(dumps: Sequence[str], output_file: str, processes: int = 1,
                      expand_templates: bool = True, progress: Optional[bool] = None
                      ) -> FormattingStats:
     """Wikipedia dump(s) to one article per line (see the module docstring)."""
-    from cli.progress import bar as progress_bar
+    from reporting.progress import bar as progress_bar
     stats = FormattingStats(output_file=output_file, input_files=list(dumps))
     with atomic_text_writer(output_file) as out, \
             progress_bar(desc="articles", unit=" art", enabled=progress) as bar:
@@ -379,7 +379,7 @@ def strip_gutenberg_boilerplate(text: str) -> str:
 def format_books(inputs: Sequence[str], output_file: str, progress: Optional[bool] = None
                  ) -> FormattingStats:
     """``.txt`` books (files, or folders searched recursively) to one book per line."""
-    from cli.progress import bar
+    from reporting.progress import bar
     files = [f for path in inputs for f in list_input_files(path, (".txt",))]
     stats = FormattingStats(output_file=output_file, input_files=files)
     with atomic_text_writer(output_file) as out:
@@ -418,7 +418,7 @@ def format_custom(inputs: Sequence[str], output_file: str, unit: str = "block",
     ``unit="block"``: a document is a block of lines separated by blank lines; ``"file"``: a
     document is a whole file.  Files are streamed line by line.
     """
-    from cli.progress import bar
+    from reporting.progress import bar
     if unit not in ("block", "file"):
         raise FormattingError("--custom_document_unit", f"must be 'block' or 'file', got {unit!r}")
     files = [f for path in inputs for f in list_input_files(path)]

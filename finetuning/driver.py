@@ -13,23 +13,24 @@ import sys
 import tensorflow as tf
 from absl import logging
 
-from cli.console import SHOW
-from cli.flag_ranges import out_of_range
 from data_prep.tokenization import FullTokenizer, VocabError, validate_case_matches_checkpoint
 from finetuning.export import ExportError, TritonModel, export_saved_model, write_triton_repository
 from finetuning.model_fn import make_model_fn
 from finetuning.tasks import TaskDataError
 from modeling import BertConfig, ConfigError
 from modeling.checkpoints import CheckpointError, resolve_checkpoint
-from training.distributed import Workers
+from reporting.console import SHOW
+from reporting.errors import UsageError
+from resilience.run_lock import run_lock
+from runtime.distributed import Workers
+from runtime.speed_defaults import resolve as resolve_speed
 from training.hooks import StepLoggingHook
+from training.option_ranges import out_of_range
 from training.records import TrainingInput, record_input_fn
-from training.run_config import make_run_config
-from training.run_lock import run_lock
 from training.resume import checkpoint_value, exit_status, train_resuming
-from training.settings import (TrainingSettings, UsageError, gradient_compression,
+from training.run_config import make_run_config
+from training.settings import (TrainingSettings, gradient_compression,
                                peak_learning_rate, precision_settings)
-from training.speed_defaults import resolve as resolve_speed
 
 tf1 = tf.compat.v1
 
@@ -66,7 +67,7 @@ def _validate(task, flags, config):
             or flags.export_dir or flags.export_triton or flags.triton_model_repository):
         raise UsageError("nothing to do: pass --do_train, --do_eval, --do_predict, "
                          "--export_dir or --export_triton")
-    problem = out_of_range(flags)  # cli/flag_ranges.py: the range of every numeric flag
+    problem = out_of_range(flags)  # training/option_ranges.py: every numeric flag's range
     if problem:
         raise UsageError(problem)
     if flags.max_seq_length > config.max_position_embeddings:
@@ -89,7 +90,7 @@ def triton_model(flags, amp):
 
 def run(task, flags):
     """Does what the flags ask; returns a dict of results (train summary, metrics, paths).
-    Rank 0 holds the output folder's run lock throughout (`training.run_lock`)."""
+    Rank 0 holds the output folder's run lock throughout (`resilience.run_lock`)."""
     # a plain namespace of values (a library caller) may leave the devices out: one
     workers = Workers(flags.horovod, getattr(flags, "num_local_devices", 1))
     with run_lock(flags.output_dir, workers.is_chief):

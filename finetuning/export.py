@@ -16,8 +16,8 @@ import tensorflow as tf
 from absl import logging
 
 from modeling.checkpoints import CheckpointError, checkpoint_variables
-from training.disk_space import DiskFullError, disk_full_cause, free_bytes, shortage
-from training.failures import op_error_summary
+from resilience.disk_space import DiskFullError, disk_full_cause, free_bytes, shortage
+from resilience.failures import op_error_summary
 
 tf1 = tf.compat.v1
 

@@ -5,7 +5,7 @@ PREDICT returns and what the SavedModel serves; the encoder, mixed precision, ch
 loading and the training step (AdamWeightDecay or LAMB, loss scaling, accumulation, Horovod)
 are the same for all, shared with pre-training through `training.train_step`. With several
 `settings.devices` (--num_local_devices), TRAIN builds one tower per device on its slice of the
-batch and trains on the mean of their losses (`training.towers`); EVAL and PREDICT use one.
+batch and trains on the mean of their losses (`runtime.towers`); EVAL and PREDICT use one.
 """
 from contextlib import nullcontext
 
@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from modeling import BertModel
 from modeling.checkpoints import init_from_checkpoint, refuse_other_model
-from training.towers import build_towers, tower_mean
+from runtime.towers import build_towers, tower_mean
 from training.train_step import micro_step_variable, seeded_dropout, train_spec
 
 tf1 = tf.compat.v1

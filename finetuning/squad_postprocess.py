@@ -28,7 +28,7 @@ import numpy as np
 from absl import logging
 
 from data_prep.tokenization import BasicTokenizer
-from training.atomic_files import write_text_atomically
+from resilience.atomic_files import write_text_atomically
 
 RawResult = collections.namedtuple("RawResult", ["unique_id", "start_logits", "end_logits"])
 

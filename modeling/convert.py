@@ -262,6 +262,6 @@ def tf_to_hf(tf_checkpoint, bert_config_file, vocab_file, output_dir):
     return output_dir
 
 
-if __name__ == "__main__":  # the command line: cli/convert_checkpoint.py
-    from cli.convert_checkpoint import main
-    sys.exit(main())
+if __name__ == "__main__":  # the library imports no command; its command line is elsewhere
+    sys.exit("error: the converter's command is `bert-convert-checkpoint` or "
+             "`python -m cli.convert_checkpoint` (modeling.convert is its library)")

@@ -80,7 +80,7 @@ class DynamicMasking:
 
     def order(self):
         """The settings that fix which masks a (seed, rank, micro-batch) draws, by their flag
-        names: part of the data order a resume must keep (`training.data_order`)."""
+        names: part of the data order a resume must keep (`resilience.data_order`)."""
         return {"max_predictions_per_seq": self.max_predictions_per_seq,
                 "masked_lm_prob": self.masked_lm_prob, "do_whole_word_mask": self.whole_word}
 

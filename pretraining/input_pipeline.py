@@ -51,7 +51,7 @@ def feature_spec(max_seq_length, max_predictions_per_seq):
 def value_ranges(vocab_size, type_vocab_size, max_seq_length):
     """{feature: (low, high, why)}: the values the model can take. A token id >= vocab_size
     fails the embedding lookup on a CPU and reads zeros on a GPU; the input pipeline checks
-    them instead (`training.record_guard`)."""
+    them instead (`resilience.record_guard`)."""
     vocab = "the config's vocab_size"
     return {"input_ids": (0, vocab_size, vocab), "masked_lm_ids": (0, vocab_size, vocab),
             "segment_ids": (0, type_vocab_size, "the config's type_vocab_size"),

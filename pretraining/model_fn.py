@@ -2,7 +2,7 @@
 
 TRAIN builds the whole step with `training.train_step` (NVLAMB or AdamWeightDecay, loss
 scaling, gradient accumulation, Horovod allreduce), over in-graph towers with
---num_local_devices (`training.towers`); EVAL reports Google's four metrics.
+--num_local_devices (`runtime.towers`); EVAL reports Google's four metrics.
 Everything the step needs comes in one `TrainingSettings`, so the model_fn has no global
 flags and tests can build it directly.
 """
@@ -12,8 +12,8 @@ import tensorflow as tf
 
 from modeling import BertModel, PackedRows, masked_lm_output, next_sentence_output
 from modeling.checkpoints import init_from_checkpoint, refuse_other_model
+from runtime.towers import build_towers, tower_mean
 from training.hooks import INSTANCES, REAL_TOKENS
-from training.towers import build_towers, tower_mean
 from training.train_step import micro_step_variable, seeded_dropout, train_spec
 
 tf1 = tf.compat.v1
@@ -63,7 +63,7 @@ def pretraining_losses(settings, features, is_training, micro_step=None, tower=0
 def training_losses(settings, features, micro_step):
     """The three losses (`LOSS_KEYS`, float32 scalars) of one training micro-batch: of the
     model on the default device, or, with several `settings.devices`, the means of the towers'
-    losses, each tower on its slice of the batch (`training.towers.build_towers`)."""
+    losses, each tower on its slice of the batch (`runtime.towers.build_towers`)."""
     if len(settings.devices) < 2:
         outputs = pretraining_losses(settings, features, True, micro_step)
         return {key: outputs[key] for key in LOSS_KEYS}

@@ -3,7 +3,7 @@
 What a cluster run will really do depends on flags *and* on the number of ranks: under
 Horovod, `--learning_rate` is per rank (NVIDIA's convention: the optimizer applies
 `learning_rate * ranks`) and the global batch is `train_batch_size * num_accumulation_steps
-* ranks`. `--num_local_devices` (towers in one process, training/towers.py) counts the same
+* ranks`. `--num_local_devices` (towers in one process, runtime/towers.py) counts the same
 way: replicas = ranks x local_devices replace ranks in both. Nobody should discover that after a GPU-day, so every run logs this record at
 start-up (console and dllog), and `run_pretraining.py --dry_run --dry_run_ranks=N` (what
 `DRY_RUN=1 bash scripts/run_pretraining_lamb.sh ...` calls per phase) prints it without
@@ -23,7 +23,7 @@ PLAN_FIELDS = ("phase", "ranks", "local_devices", "max_seq_length", "max_predict
 
 def pretraining_plan(flags, ranks, speed=None):
     """The run's plan (see PLAN_FIELDS) from parsed run_pretraining.py flags. `speed`: the
-    run's `training.speed_defaults.Speed` (on a machine without a GPU, NVIDIA's default --amp
+    run's `runtime.speed_defaults.Speed` (on a machine without a GPU, NVIDIA's default --amp
     is off); a dry run plans the flags as given (--amp, --manual_fp16), for the GPUs it is
     for."""
     ranks = int(ranks)

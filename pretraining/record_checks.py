@@ -12,7 +12,7 @@ with one line naming the file, not hours later with a traceback. For each input 
   values in range (`value_ranges`); across the files, one kind, one packing, one
   vocabulary (`record_kinds.check_kinds`).
 That is one small read per file (done in threads: on a network filesystem each is a round
-trip). Records deeper in a file are checked as training reads them (`training.record_guard`).
+trip). Records deeper in a file are checked as training reads them (`resilience.record_guard`).
 """
 from concurrent.futures import ThreadPoolExecutor
 
@@ -21,7 +21,7 @@ import tensorflow as tf
 from data_prep.record_metadata import STATIC_MASKING, MetadataError, find_metadata, parse
 from pretraining import record_kinds
 from pretraining.input_pipeline import InputError, reading_spec, value_ranges
-from training.record_scan import record_problem
+from resilience.record_scan import record_problem
 
 tf1 = tf.compat.v1
 

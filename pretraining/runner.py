@@ -9,13 +9,13 @@ seeded by the micro-step counter, so a resumed run reproduces the uninterrupted 
 Every run logs its plan (`pretraining.plan`: the effective global batch, learning rate and
 steps for this number of ranks and local devices) at start-up.
 
---num_local_devices=N trains N in-graph towers in this one process (`training.towers`): the
+--num_local_devices=N trains N in-graph towers in this one process (`runtime.towers`): the
 input reads N x --train_batch_size sequences a micro-batch, which the model_fn splits.
 
 Input: every file is checked at start-up, before anything is written
 (`pretraining.record_checks`: metadata and first record); a bad record found later while
 training stops the run with one line naming its file and record, or, with
---skip_bad_records, is skipped and counted up to --max_bad_records (`training.record_guard`).
+--skip_bad_records, is skipped and counted up to --max_bad_records (`resilience.record_guard`).
 """
 import os
 import sys
@@ -23,8 +23,6 @@ import sys
 import tensorflow as tf
 from absl import logging
 
-from cli.console import SHOW
-from cli.flag_ranges import out_of_range
 from modeling import BertConfig, ConfigError
 from modeling.checkpoints import CheckpointError
 from pretraining.dynamic_masking import DynamicMasking
@@ -35,18 +33,20 @@ from pretraining.model_fn import make_model_fn
 from pretraining.plan import plan_line, pretraining_plan
 from pretraining.record_checks import check_input_files
 from pretraining.record_kinds import DYNAMIC, given_dynamic_flags
-from training.distributed import Workers
+from reporting.console import SHOW
+from reporting.errors import UsageError
+from resilience.failures import explained_failures
+from resilience.record_guard import BadRecordLimitHook
+from resilience.run_lock import run_lock
+from runtime.distributed import Workers
+from runtime.speed_defaults import resolve as resolve_speed
 from training.eval_results import write_eval_results
-from training.failures import explained_failures
 from training.flops import peak_tflops_for_device, training_flops_per_sequence
 from training.hooks import StepLoggingHook, WeightsFingerprintHook
-from training.record_guard import BadRecordLimitHook
+from training.option_ranges import out_of_range
 from training.resume import exit_status, train_resuming
 from training.run_config import make_run_config
-from training.run_lock import run_lock
-from training.settings import (TrainingSettings, UsageError, gradient_compression,
-                               precision_settings)
-from training.speed_defaults import resolve as resolve_speed
+from training.settings import TrainingSettings, gradient_compression, precision_settings
 
 def _peak_flops(flags_peak_tflops):
     if flags_peak_tflops > 0:
@@ -67,7 +67,7 @@ def _validate(flags, config):
                          f"max_position_embeddings {config.max_position_embeddings}")
     if flags.max_predictions_per_seq > flags.max_seq_length:
         raise UsageError("--max_predictions_per_seq cannot exceed --max_seq_length")
-    problem = out_of_range(flags)  # cli/flag_ranges.py: the range of every numeric flag
+    problem = out_of_range(flags)  # training/option_ranges.py: every numeric flag's range
     if problem:
         raise UsageError(problem)
     if flags.do_train and not flags.input_files_dir:
@@ -88,7 +88,7 @@ def log_plan(plan, dllog_path):
 
 def run(flags):
     """Trains and/or evaluates. Returns a dict of results (training summary, eval metrics).
-    Rank 0 holds the output folder's run lock throughout (`training.run_lock`)."""
+    Rank 0 holds the output folder's run lock throughout (`resilience.run_lock`)."""
     # a plain namespace of values (a library caller) may leave the devices out: one
     workers = Workers(flags.horovod, getattr(flags, "num_local_devices", 1))
     with run_lock(flags.output_dir, workers.is_chief):

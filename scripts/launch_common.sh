@@ -225,7 +225,7 @@ horovod_builds() {
 # One process per GPU under Horovod: horovodrun with Gloo, or mpirun only when Horovod was
 # built with MPI (mpirun cannot start a Horovod built without it). Without Horovod (it does
 # not import: a plain `pip install`), ONE process trains on the num_gpus GPUs as in-graph
-# towers (--num_local_devices, training/towers.py), which is enough on one machine; a
+# towers (--num_local_devices, runtime/towers.py), which is enough on one machine; a
 # multi-node launch (HOROVOD_LAUNCH_FLAGS) still needs Horovod. A single process for one GPU.
 # After a signal has been forwarded, a second one is not: kill -9 aborts.
 launch() {

@@ -10,7 +10,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from training.cpu_kernels import enable_onednn  # noqa: E402  (before TensorFlow: as users run)
+from runtime.cpu_kernels import enable_onednn  # noqa: E402  (before TensorFlow: as users run)
 
 enable_onednn()
 

@@ -1,11 +1,11 @@
-"""training/affinity.py: the kernel's CPU lists, the GPU a rank uses, and the CPUs it is
+"""runtime/affinity.py: the kernel's CPU lists, the GPU a rank uses, and the CPUs it is
 pinned to, on a fake sysfs tree (no GPU needed)."""
 import os
 import threading
 
 import pytest
 
-from training import affinity
+from runtime import affinity
 
 BUS = "0000:3b:00.0"
 GPUS = [("0", "GPU-aaaa", "00000000:1A:00.0"), ("1", "GPU-bbbb", "00000000:3B:00.0"),
@@ -132,7 +132,7 @@ def test_set_process_affinity_reaches_threads_already_running():
 
 
 def test_workers_leave_affinity_alone_without_a_gpu():
-    from training.distributed import Workers
+    from runtime.distributed import Workers
     before = os.sched_getaffinity(0)
     Workers(use_horovod=False)
     assert os.sched_getaffinity(0) == before

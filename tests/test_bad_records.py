@@ -15,10 +15,10 @@ from pretraining.runner import main, run
 from pretraining_records import rewrite_record, write_random_records
 from test_pretraining import PREDICTIONS, SEQ, VOCAB, make_flags
 from test_pretraining import data  # noqa: F401  (module fixture: tiny config and records)
-from training import record_guard
-from training.disk_space import CheckpointSpaceListener, DiskFullError
-from training.failures import explained_failures
-from training.record_scan import BadRecordError, locate_bad_record
+from resilience import record_guard
+from resilience.disk_space import CheckpointSpaceListener, DiskFullError
+from resilience.failures import explained_failures
+from resilience.record_scan import BadRecordError, locate_bad_record
 
 RANGES = value_ranges(VOCAB, 2, SEQ)
 SPEC = feature_spec(SEQ, PREDICTIONS)

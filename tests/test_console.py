@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from cli.progress import PlainBar, ProgressLine
+from reporting.progress import PlainBar, ProgressLine
 from pretraining_records import write_random_records
 
 SEQ, PREDICTIONS, VOCAB, STEPS = 16, 3, 101, 6
@@ -107,10 +107,10 @@ def test_xla_compiler_lines_go_to_the_log_file_not_the_console(pretraining, repo
 
 
 def test_native_lines_survive_an_abrupt_death(tmp_path, repo_root):
-    """fd 2 rerouted (cli.native_log.route), then the process aborts: the C++ log line is in the
+    """fd 2 rerouted (reporting.native_log.route), then the process aborts: the C++ log line is in the
     log file, the error line and the plain line on the console, nothing lost in the pipe."""
     log = tmp_path / "x.log"
-    script = ("import os, sys; sys.path.insert(0, '.'); from cli.native_log import route; "
+    script = ("import os, sys; sys.path.insert(0, '.'); from reporting.native_log import route; "
               f"route({str(log)!r}); "
               "os.write(2, b'I0000 00:00:1.5   42 device_compiler.h:186] Compiled cluster\\n'"
               " b'2026-01-01 00:00:00.000001: F core/thing.cc:12] Check failed: x\\n'"
@@ -129,7 +129,7 @@ def test_native_lines_survive_an_abrupt_death(tmp_path, repo_root):
 _SIGNAL_WRITER = """
 import os, signal, sys
 sys.path.insert(0, '.')
-from cli.native_log import ConsoleStream
+from reporting.native_log import ConsoleStream
 stream = ConsoleStream(os.dup(2))
 signal.signal(signal.SIGUSR1, lambda signum, frame: stream.write('handler line\\n'))
 stream.write('x' * 1000000 + '\\n')   # far more than a pipe holds: blocks until read
@@ -161,7 +161,7 @@ def test_console_stream_takes_a_signal_handlers_line_mid_write(repo_root):
 
 
 def test_native_line_destinations():
-    from cli.native_log import destination
+    from reporting.native_log import destination
     assert destination(b"I0000 00:00:1795578848.454472   26181 device_compiler.h:186] "
                        b"Compiled cluster using XLA!\n") == "log"
     assert destination(b"WARNING: All log messages before absl::InitializeLog() is called "

@@ -1,4 +1,4 @@
-"""training.cpu_kernels: oneDNN switched on before TensorFlow starts, unless chosen."""
+"""runtime.cpu_kernels: oneDNN switched on before TensorFlow starts, unless chosen."""
 import os
 import subprocess
 import sys
@@ -6,7 +6,8 @@ import sys
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PROBE = ("import sys; sys.path.insert(0, {repo!r}); from cli import console; console.prepare([]); "
+PROBE = ("import sys; sys.path.insert(0, {repo!r}); "
+         "from cli.command import prepare_process; prepare_process([]); "
          "import os, tensorflow as tf; "
          "from tensorflow.python.util import _pywrap_util_port as port; "
          "print(os.environ.get('TF_ENABLE_ONEDNN_OPTS'), port.IsMklEnabled())")
@@ -28,7 +29,7 @@ def test_entry_points_turn_onednn_on_unless_the_user_chose():
 
 
 def test_too_late_after_tensorflow_is_imported(monkeypatch):
-    from training import cpu_kernels
+    from runtime import cpu_kernels
     monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS", raising=False)
     monkeypatch.setitem(sys.modules, "tensorflow", sys.modules.get("tensorflow", object()))
     assert cpu_kernels.enable_onednn() is False

@@ -22,8 +22,8 @@ from pretraining_records import write_random_records
 from test_bertprep_resume import RECORD_FLAGS, SHARD_FLAGS, sharded_working_dir
 from test_pretraining import command_line, make_flags
 from test_pretraining import data  # noqa: F401  (module fixture: tiny config and records)
-from training import run_lock
-from training.run_lock import LOCK_NAME, RunLockedError
+from resilience import run_lock
+from resilience.run_lock import LOCK_NAME, RunLockedError
 
 pytestmark = pytest.mark.faults
 
@@ -272,7 +272,7 @@ def test_a_run_whose_every_step_is_skipped_stops_with_an_error(data, tmp_path): 
     """float16 gradients overflow at any loss scale near 2**100: every step is skipped, so the
     guard stops the run after --max_consecutive_skips instead of spinning at step 0."""
     from pretraining.runner import run
-    from training.divergence import DivergenceError
+    from resilience.divergence import DivergenceError
     with pytest.raises(DivergenceError, match=r"^3 optimizer steps in a row were skipped for "
                                               r"non-finite gradients: the run is not training"):
         run(make_flags(data, tmp_path, amp=True, amp_dtype="float16",

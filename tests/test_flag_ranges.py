@@ -8,7 +8,8 @@ import sys
 import pytest
 from absl import flags
 
-from cli.flag_ranges import RANGES, Range, numeric_flags, register_ranges
+from cli.flag_ranges import numeric_flags, register_ranges
+from training.option_ranges import RANGES, Range
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY_CONFIG = os.path.join(REPO, "modeling", "configs", "bert_tiny_config.json")

@@ -1,5 +1,5 @@
 """--num_local_devices: several devices in one process without Horovod (in-graph towers,
-training/towers.py), on two logical CPU devices.
+runtime/towers.py), on two logical CPU devices.
 
 Equivalence: 2 towers of B sequences at --learning_rate L/2 (per device, scaled x2 as under
 Horovod) train the same weights as 1 device with 2B sequences at L, on the same records. The
@@ -175,8 +175,8 @@ def test_bad_values_are_one_line_errors(data, tmp_path, repo_root):
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert errors == ["error: --horovod runs one device per rank: pass --horovod (horovodrun "
                       "-np N) or --num_local_devices=N (one process), not both"], result.stderr
-    from training import towers
-    from training.settings import UsageError
+    from reporting.errors import UsageError
+    from runtime import towers
     with pytest.raises(UsageError, match="at least 1"):
         towers.local_devices(0)
     # a machine with two GPUs (stand-ins: only their number is read)

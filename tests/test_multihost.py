@@ -134,7 +134,7 @@ def test_two_hosts_by_ssh_lay_out_ranks_per_host_and_train_as_one_host(
     assert "exit with status code" not in output
 
     # Only rank 0 writes checkpoints, summaries, the eval results and the dllog; the other
-    # ranks write just their own log file (cli/console.py) and their own input-pipeline
+    # ranks write just their own log file (reporting/console.py) and their own input-pipeline
     # state (training/input_state.py: input_state/rank-<r>, read back on resume). The
     # two-host folder holds what the one-host one does.
     paths = listing(results)

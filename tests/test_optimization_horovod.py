@@ -104,7 +104,7 @@ import numpy as np
 import tensorflow as tf
 
 sys.path.insert(0, sys.argv[1])
-from training.distributed import Workers
+from runtime.distributed import Workers
 from training.settings import gradient_compression
 
 workers = Workers(use_horovod=True)

@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 from absl import flags
 
-from pretraining.flags import define_flags
+from cli.pretraining_flags import define_flags
 from pretraining.input_pipeline import InputError, make_dataset
 from pretraining.runner import run
 from pretraining_records import write_random_records

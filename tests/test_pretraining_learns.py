@@ -21,11 +21,11 @@ SEQ, PREDICTIONS = 64, 10
 def test_pretraining_from_scratch_ends_clearly_below_the_unigram_baseline(shared_data, tmp_path):
     from absl import flags as absl_flags
 
+    from cli.demo import EVAL_BATCH_SIZE, MAX_EVAL_STEPS, PHASE1_LEARNING_RATE
+    from cli.pretraining_flags import define_flags
     from data_prep.prep_actions import Layout, PrepOptions, run as prep
     from modeling import named_config
-    from pipeline.demo import EVAL_BATCH_SIZE, MAX_EVAL_STEPS, PHASE1_LEARNING_RATE
     from pretraining.baseline import unigram_baseline
-    from pretraining.flags import define_flags
     from pretraining.runner import run as pretrain
 
     formatted_root, _ = formatted_corpus(shared_data)

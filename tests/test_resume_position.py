@@ -19,12 +19,13 @@ from pretraining.input_pipeline import InputError, feature_spec, training_input
 from pretraining_records import write_random_records, write_random_unmasked_records
 from test_pretraining import (PREDICTIONS, SEQ, VOCAB, checkpoint_tensors,  # noqa: F401
                               command_line, data, write_data)
-from training import data_order, records
-from training.distributed import Workers
+from reporting.errors import UsageError
+from resilience import data_order
+from runtime.distributed import Workers
+from training import records
 from training.records import TrainingInput, record_dataset
 from training.resume import train_resuming
 from training.run_config import make_run_config
-from training.settings import UsageError
 from training.train_step import micro_step_variable
 
 tf1 = tf.compat.v1

@@ -1,9 +1,9 @@
-"""training.threads: thread pools sized by the CPUs a rank may really use."""
+"""runtime.threads: thread pools sized by the CPUs a rank may really use."""
 import os
 
 import pytest
 
-from training.threads import available_cpus, cgroup_cpu_limit, choose_threads
+from runtime.threads import available_cpus, cgroup_cpu_limit, choose_threads
 
 
 @pytest.mark.parametrize("text, cpus", [("200000 100000", 2), ("150000 100000", 2),
@@ -47,7 +47,7 @@ def test_environment_overrides_the_choice(monkeypatch):
 
 def test_the_session_config_of_a_single_rank_uses_the_choice(monkeypatch):
     monkeypatch.setenv("BERT_INTRA_OP_THREADS", "1")
-    from training.distributed import Workers
+    from runtime.distributed import Workers
     config = Workers().session_config()
     assert config.intra_op_parallelism_threads == 1
     assert config.inter_op_parallelism_threads == 1

@@ -11,9 +11,9 @@ import time
 import tensorflow as tf
 from absl import logging
 
-from cli.console import SHOW
-from cli.progress import ProgressLine, format_duration
 from optimization.gradient_accumulation import WINDOW_COLLECTION
+from reporting.console import SHOW
+from reporting.progress import ProgressLine, format_duration
 from training.train_step import OPTIMIZER_STEP_COLLECTION
 
 tf1 = tf.compat.v1

@@ -38,7 +38,7 @@ import re
 import tensorflow as tf
 from absl import logging
 
-from training.data_order import read_json, write_json_atomically
+from resilience.data_order import read_json, write_json_atomically
 from training.train_step import MICRO_STEP_NAME
 
 tf1 = tf.compat.v1

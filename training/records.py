@@ -16,7 +16,7 @@ No rank ever sees another rank's examples.
 counts the batches of the stream from its start, skipped records included (so it is the same
 for a batch whether the pipeline was resumed or not; it is saved with the iterator state).
 Bad records (unreadable, unparsable, values out of range) stop the pipeline or, in
-training with `skip_bad_records`, are dropped and counted: `training.record_guard`.
+training with `skip_bad_records`, are dropped and counted: `resilience.record_guard`.
 """
 import dataclasses
 import hashlib
@@ -25,7 +25,7 @@ from typing import Callable, Optional, Tuple
 
 import tensorflow as tf
 
-from training import record_guard
+from resilience import record_guard
 
 SHARD_BY = ("files", "records")
 SHUFFLE_BUFFER = 100
@@ -69,7 +69,7 @@ def record_dataset(files, batch_size, spec, is_training, seed=12345, num_shards=
     `batch_fn(number, batch) -> batch`, if given, maps every batch (see the module docstring;
     `skip_records` must then be whole batches).
     `value_ranges` ({feature: (low, high, why)}): a record with a value outside [low, high)
-    fails the pipeline, as an unreadable or unparsable one does (`training.record_guard`).
+    fails the pipeline, as an unreadable or unparsable one does (`resilience.record_guard`).
     `skip_bad_records` (training only): such records are dropped instead and counted in the
     feature `record_guard.BAD_RECORDS`; `record_counts` (records per file, None where
     unknown) makes the count of a truncated file exact; `skip_records` then counts good

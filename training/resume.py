@@ -9,7 +9,7 @@ data stream from the checkpoint's `micro_step` (micro-batches it consumed):
   older version): by rebuilding the seeded pipeline and skipping the records consumed since
   the data order began: exact, but each rank re-reads them, so a warning says so. The
   states this run saves restore later into a pipeline rebuilt with the same skip.
-The data settings must be those the checkpoint was trained with (`training.data_order`,
+The data settings must be those the checkpoint was trained with (`resilience.data_order`,
 checked on every rank before training). SIGTERM/SIGINT save a checkpoint and end the run
 cleanly (`PreemptionHook`); the input state is saved at the same moment. A run that failed
 or was killed may leave half-written files (a full disk): they are removed at the next
@@ -21,11 +21,12 @@ import signal
 import tensorflow as tf
 from absl import logging
 
-from cli.console import SHOW
-from training import data_order, input_state
-from training.disk_space import (CheckpointSpaceListener, remove_partial_writes,
+from reporting.console import SHOW
+from resilience import data_order
+from resilience.disk_space import (CheckpointSpaceListener, remove_partial_writes,
                                  remove_unrecorded_checkpoints)
-from training.failures import explained_failures
+from resilience.failures import explained_failures
+from training import input_state
 from training.hooks import CHECKPOINT_WRITES, PreemptionHook
 from training.input_state import InputStateHook, InputStateStore, stream_id
 from training.records import PIPELINE_VERSION
@@ -95,10 +96,10 @@ def train_resuming(estimator, training_input, output_dir, max_steps, workers,
     `save_checkpoints_steps` must be the Estimator's (rank 0's) rule: input states are saved
     with every model checkpoint. `reset_data_position`: True restarts the data order on
     purpose when the data settings changed; None when the caller offers no such option.
-    `bad_records`: a `training.record_guard.BadRecordLimitHook`, with a `training_input`
+    `bad_records`: a `resilience.record_guard.BadRecordLimitHook`, with a `training_input`
     that skips bad records: it counts them and stops the run over its bound.
-    Failures are one-line errors (`training.failures`): a full disk (DiskFullError; a save
-    that would not fit is refused before writing, `training.disk_space`) or a bad record
+    Failures are one-line errors (`resilience.failures`): a full disk (DiskFullError; a save
+    that would not fit is refused before writing, `resilience.disk_space`) or a bad record
     (BadRecordError naming its file). Half-written files of a failed or killed run are
     removed, here after a failure and at the next start.
     Returns the PreemptionHook (`.received` is set if a signal stopped the run), or None

@@ -4,7 +4,7 @@ import os
 import tensorflow as tf
 from absl import logging
 
-from training.xla_env import XLA_CPU_FLAG
+from runtime.xla_env import XLA_CPU_FLAG
 
 tf1 = tf.compat.v1
 

@@ -4,10 +4,6 @@ import dataclasses
 from typing import Callable, Optional
 
 
-class UsageError(ValueError):
-    """Flags that cannot work together."""
-
-
 @dataclasses.dataclass
 class TrainingSettings:
     bert_config: object
@@ -29,7 +25,7 @@ class TrainingSettings:
     max_consecutive_skips: int = 100       # stop a run whose steps are all skipped
     log_variables: bool = False            # --verbose_logging: every trainable variable
     model_dir: Optional[str] = None        # the run's folder: its checkpoint must fit the graph
-    devices: tuple = ()                    # tower devices of --num_local_devices (training.towers)
+    devices: tuple = ()                    # tower devices of --num_local_devices (runtime.towers)
 
 
 def precision_settings(amp, amp_dtype):

@@ -10,7 +10,7 @@ from absl import logging
 from modeling.checkpoints import refuse_other_model
 from modeling.core import stateless_dropout
 from optimization import create_train_op
-from training.divergence import DivergenceGuardHook
+from resilience.divergence import DivergenceGuardHook
 
 tf1 = tf.compat.v1
 
@@ -35,7 +35,7 @@ def dropout_seed(seed, rank, micro_step):
 
 def seeded_dropout(settings, micro_step, tower=0):
     """Context under which the model's dropout is stateless and keyed by the micro-step.
-    Each tower (`training.towers`) of each rank draws its own masks, as ranks do: the
+    Each tower (`runtime.towers`) of each rank draws its own masks, as ranks do: the
     replica's index (rank x towers + tower) goes where the rank does."""
     replica = settings.rank * max(1, len(settings.devices)) + tower
     return stateless_dropout(dropout_seed(settings.seed, replica, micro_step))

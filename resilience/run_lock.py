@@ -35,7 +35,7 @@ import time
 
 from absl import logging
 
-from training.settings import UsageError
+from reporting.errors import UsageError
 
 LOCK_NAME = ".run.lock"
 _UNSUPPORTED = {errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOLCK, errno.EINVAL}

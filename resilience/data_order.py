@@ -29,8 +29,8 @@ import os
 import tensorflow as tf
 from absl import logging
 
-from training.atomic_files import write_text_atomically
-from training.settings import UsageError
+from reporting.errors import UsageError
+from resilience.atomic_files import write_text_atomically
 
 DATA_ORDER_FILE = "data_order.json"
 START = "start_micro_step"

@@ -33,7 +33,7 @@ same per-replica average Horovod and gradient accumulation make.
 import tensorflow as tf
 from absl import logging
 
-from training.settings import UsageError
+from reporting.errors import UsageError
 
 tf1 = tf.compat.v1
 

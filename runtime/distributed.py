@@ -1,13 +1,13 @@
 """One view of the job's workers, with or without Horovod.
 
 With `--horovod`, each process is one rank: it is pinned to its local GPU (and its threads
-to that GPU's CPU socket, training/affinity.py), gradients are
+to that GPU's CPU socket, runtime/affinity.py), gradients are
 averaged with ring-allreduce (float16-compressed under AMP), variables are broadcast from
 rank 0 at start, and only rank 0 writes checkpoints, summaries and logs. Without it, the same
 object describes a single worker, so the rest of the code never branches on Horovod itself.
 
 With `num_local_devices` N > 1 (no Horovod), the single worker trains N in-graph towers on
-this machine's GPUs (or N logical CPU devices without a GPU; training/towers.py says why
+this machine's GPUs (or N logical CPU devices without a GPU; runtime/towers.py says why
 towers and not MirroredStrategy): `devices` lists them, and `replicas` (ranks x devices) is
 what the learning rate and the global batch scale with, as the number of Horovod ranks does.
 """
@@ -17,11 +17,11 @@ import socket
 import tensorflow as tf
 from absl import logging
 
-from cli.console import SHOW
-from training.affinity import pin_to_gpu
-from training.settings import UsageError
-from training.threads import choose_threads
-from training.towers import local_devices, session_device_count
+from reporting.console import SHOW
+from reporting.errors import UsageError
+from runtime.affinity import pin_to_gpu
+from runtime.threads import choose_threads
+from runtime.towers import local_devices, session_device_count
 
 tf1 = tf.compat.v1
 
@@ -138,7 +138,7 @@ class Workers:
             config.gpu_options.visible_device_list = str(self.local_rank)
         for kind, count in session_device_count(self.devices).items():
             config.device_count[kind] = count  # towers on logical CPU devices
-        # The cores allotted to this rank, not the whole machine (training.threads).
+        # The cores allotted to this rank, not the whole machine (runtime.threads).
         intra, inter, why = choose_threads(self.local_size(),
                                            bool(tf.config.list_physical_devices("GPU")))
         config.intra_op_parallelism_threads = intra

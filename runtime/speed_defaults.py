@@ -10,7 +10,7 @@ off, and the run says so in one line. Given on the command line (`--amp`, `--amp
 `--use_xla`, or set by a caller), they are honoured everywhere.
 
 This module must not import TensorFlow: commands decide about XLA's environment flag before
-TensorFlow starts (`training.xla_env`).
+TensorFlow starts (`runtime.xla_env`).
 """
 import dataclasses
 import glob

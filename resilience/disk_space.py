@@ -12,9 +12,9 @@ the next attempt needs too. So:
   the space needed and the space free;
 - a write that fails anyway (another process filled the disk, a write outside checkpoints)
   is recognised by `disk_full_cause` (ENOSPC, EDQUOT, EFBIG, and TensorFlow's errors that
-  wrap them) and reported the same way by `training.failures`;
+  wrap them) and reported the same way by `resilience.failures`;
 - `remove_partial_writes` deletes the half-writes, after such a failure and at the start of
-  the next run. That is safe because one run owns an output folder (`training.run_lock`):
+  the next run. That is safe because one run owns an output folder (`resilience.run_lock`):
   nobody else is writing there.
 Object stores (`gs://`, `s3://`) have no free-space figure; there only failures are caught.
 """

@@ -17,7 +17,7 @@ other than 0) gets every Python log record at INFO or above, TensorFlow's includ
 absl's time-stamped prefix. C++ log lines (written by TensorFlow straight to file descriptor
 2): TensorFlow's own are not produced when quiet; those that are (XLA's, through absl's C++
 logging, which ignores TF_CPP_MIN_LOG_LEVEL) go to the log file, not the console
-(`cli.native_log`), but errors that are not known to be harmless, which go to both.
+(`reporting.native_log`), but errors that are not known to be harmless, which go to both.
 """
 import importlib.util
 import logging
@@ -45,13 +45,12 @@ def verbosity_in_argv(argv):
 
 
 def prepare(argv=None):
-    """Before anything imports TensorFlow: oneDNN kernels on (`training.cpu_kernels`), the
-    C++ log level, and absl's handler on the root logger (TensorFlow adds a handler of its
-    own when the root logger has none, which printed each of its records a second time)."""
+    """Before anything imports TensorFlow: the C++ log level, and absl's handler on the root
+    logger (TensorFlow adds a handler of its own when the root logger has none, which
+    printed each of its records a second time). A command also turns oneDNN on at this
+    moment (`cli.command.prepare_process`)."""
     from absl import logging as absl_logging
 
-    from training.cpu_kernels import enable_onednn
-    enable_onednn()   # also read once, when TensorFlow starts
     argv = sys.argv if argv is None else argv
     if not (_env_verbose() or verbosity_in_argv(argv)):
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -147,7 +146,7 @@ def start(command, log_folder=None, own_level=logging.WARNING):
     else:
         if log_folder and "://" not in log_folder:
             # before the console handler: it must hold the console's own descriptor
-            from cli.native_log import route
+            from reporting.native_log import route
             route(log_file_path(log_folder, command))
         root.removeHandler(absl_handler)
         console = logging.StreamHandler(sys.stderr)

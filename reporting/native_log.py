@@ -1,6 +1,6 @@
 """C++ log lines to the log file, everything else written to file descriptor 2 to the console.
 
-Why: TensorFlow's own C++ logging obeys TF_CPP_MIN_LOG_LEVEL (`cli.console.prepare` sets it to
+Why: TensorFlow's own C++ logging obeys TF_CPP_MIN_LOG_LEVEL (`reporting.console.prepare` sets it to
 errors only), but XLA logs through absl's C++ logging, which in TensorFlow 2.15 does not. A
 quiet run that compiles anything with XLA (`--use_xla`, the fused optimizer update) printed
 `WARNING: All log messages before absl::InitializeLog() is called are written to STDERR`,

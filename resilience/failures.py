@@ -1,11 +1,11 @@
 """What a failed training or evaluation tells its user: one line, not a TensorFlow traceback.
 
 Two failures come from the world rather than from a bug, so they are explained:
-- the disk filled up (`training.disk_space`): DiskFullError naming the folder, what failed,
+- the disk filled up (`resilience.disk_space`): DiskFullError naming the folder, what failed,
   the space one checkpoint needs and the space free, after removing the half-written files;
 - a bad input record (unreadable framing, unparsable, a value out of range): TensorFlow's
   error names neither file nor record, so the files are scanned again for the first bad
-  record (`training.record_scan`) and BadRecordError names it.
+  record (`resilience.record_scan`) and BadRecordError names it.
 Under Horovod, the other ranks of a rank that failed so see only "Horovod has been shut
 down" in their next collective: they say in one line that another rank failed
 (PeerFailedError), and the failed rank's line says why.
@@ -16,8 +16,8 @@ import contextlib
 import tensorflow as tf
 from absl import logging
 
-from training.disk_space import DiskFullError, disk_full_cause, shortage
-from training.record_scan import BadRecordError, locate_bad_record
+from resilience.disk_space import DiskFullError, disk_full_cause, shortage
+from resilience.record_scan import BadRecordError, locate_bad_record
 
 _PEER_FAILED = "Horovod has been shut down"
 

@@ -8,7 +8,7 @@ zeros instead of failing, so it is checked here, on the CPU, in the input pipeli
 
 Strict mode (`assert_in_range`, on each batch: vectorised, as fast as no check): an
 out-of-range record fails the input pipeline, like a corrupt or unparsable one;
-`training.failures` then names the file and record.
+`resilience.failures` then names the file and record.
 
 Tolerant mode (`read_file_tolerantly` + `drop_bad_records`, pre-training's
 --skip_bad_records): bad records are dropped and counted, and the running count travels
