@@ -30,7 +30,7 @@ variable is updated, so this base class owns everything else:
   Default (``default_fused``): fused, on GPUs and CPUs alike (1.06-1.07x on a 2-core
   EPYC's BERT-base step, bench/step_ab.py). XLA's compiler log lines, which ignore
   TF_CPP_MIN_LOG_LEVEL, go to the command's log file, not the quiet console
-  (``cli.native_log``). ``BERT_FUSED_OPTIMIZER=0`` keeps the op-by-op form.
+  (``reporting.native_log``). ``BERT_FUSED_OPTIMIZER=0`` keeps the op-by-op form.
 """
 import os
 import re

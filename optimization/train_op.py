@@ -37,7 +37,7 @@ all ranks and so is the finite check: all ranks skip or apply together and their
 weights, loss scales and counters stay in sync without an extra collective. Inf and
 NaN survive the allreduce sum, so an overflow on any one rank makes every rank skip.
 
-With in-graph towers (``training.towers``, several devices in one process) ``loss`` is the
+With in-graph towers (``runtime.towers``, several devices in one process) ``loss`` is the
 mean of the towers' losses; its gradient (step 1) is already the towers' average, so nothing
 here changes: one finite check, one accumulation, one update for all towers.
 """
@@ -97,7 +97,7 @@ def create_train_op(loss, optimizer_type, init_lr, num_train_steps, num_warmup_s
 
     Args:
       loss: scalar loss of the micro-batch (a mean over its examples), any float dtype;
-        with in-graph towers, the mean of the towers' losses (``training.towers``).
+        with in-graph towers, the mean of the towers' losses (``runtime.towers``).
       optimizer_type: 'lamb', 'adam' or 'adamw'.
       init_lr, num_train_steps, num_warmup_steps: the learning-rate schedule
         (``learning_rate_schedule``: power 0.5 for LAMB, 1 and continuous for Adam).
@@ -135,7 +135,7 @@ def create_train_op(loss, optimizer_type, init_lr, num_train_steps, num_warmup_s
         tvars = tf.compat.v1.trainable_variables()
 
     scale = scaler.scale
-    # Colocated: with in-graph towers (training.towers: `loss` is the mean of the towers'
+    # Colocated: with in-graph towers (runtime.towers: `loss` is the mean of the towers'
     # losses) each tower's backward pass runs on its tower's device and only the sum into a
     # variable's gradient on the variable's; on one device this changes nothing.
     grads = tf.compat.v1.gradients(tf.cast(loss, tf.float32) * scale, list(tvars),
