@@ -12,11 +12,17 @@ RUN apt-get update && apt-get install -y --no-install-recommends cmake g++ git \
 
 WORKDIR /workspace/bert
 COPY setup.py README.md ./
+# Every package of setup.py (tests/test_layering.py checks the list), then the scripts.
+COPY cli cli
+COPY pretraining pretraining
+COPY finetuning finetuning
+COPY training training
+COPY runtime runtime
+COPY resilience resilience
 COPY modeling modeling
 COPY optimization optimization
 COPY data_prep data_prep
-COPY finetuning finetuning
-COPY pipeline pipeline
+COPY reporting reporting
 COPY scripts scripts
 COPY *.py ./
 # The base image ships TensorFlow 2.15.0; pin the rest of the stack to match it.
