@@ -19,8 +19,6 @@ import random
 import re
 import time
 
-from absl import flags as absl_flags
-
 from cli.command import Command
 from cli.flag_groups import INPUT, OUTPUT, TRAINING, binders
 
@@ -32,16 +30,6 @@ def _banner(number, title):
 
 def _done(start, what):
     print(f"   {what} [{time.time() - start:.1f} s]", flush=True)
-
-
-def _flag_values(define, **values):
-    """A fresh FlagValues with a tool's flags at their defaults, then `values` set."""
-    flag_values = absl_flags.FlagValues()
-    define(flag_values)
-    flag_values(["demo"])
-    for key, value in values.items():
-        setattr(flag_values, key, value)
-    return flag_values
 
 
 def write_stdlib_corpus(path, max_documents=None):
@@ -102,15 +90,15 @@ EVAL_BATCH_SIZE, MAX_EVAL_STEPS = 32, 50
 
 
 def run_demo(output_dir, corpus=None, phase1_steps=600, phase2_steps=40, n_processes=2):
-    from cli.finetuning_flags import define_classifier_flags
-    from cli.pretraining_flags import define_flags as define_pretraining_flags
     from data_prep.prep_actions import Layout, PrepOptions, run as prep
     from data_prep.tokenization import FullTokenizer
     from finetuning.driver import run as finetune
     from finetuning.inference import load_saved_model, predict
+    from finetuning.options import ClassifierOptions
     from finetuning.tasks import ClassifierTask
     from modeling import named_config
     from pretraining.baseline import unigram_baseline
+    from pretraining.options import PretrainingOptions
     from pretraining.runner import run as pretrain
 
     output_dir = os.path.abspath(output_dir)
@@ -153,8 +141,8 @@ def run_demo(output_dir, corpus=None, phase1_steps=600, phase2_steps=40, n_proce
         out = os.path.join(output_dir, f"phase_{phase}")
         train_files = os.path.join(records[seq], "training")
         eval_files = os.path.join(records[seq], "test")
-        values = _flag_values(
-            define_pretraining_flags, bert_config_file=config_file,
+        values = PretrainingOptions.of(
+            bert_config_file=config_file,
             input_files_dir=train_files, eval_files_dir=eval_files,
             output_dir=out, do_train=True, do_eval=True, max_seq_length=seq,
             max_predictions_per_seq=predictions, train_batch_size=32,
@@ -184,8 +172,8 @@ def run_demo(output_dir, corpus=None, phase1_steps=600, phase2_steps=40, n_proce
           f"dev modules unseen in training)")
     out = os.path.join(output_dir, "finetuned")
     export_dir = os.path.join(output_dir, "export")
-    values = _flag_values(
-        define_classifier_flags, task_name="sst-2", data_dir=task_dir, vocab_file=vocab,
+    values = ClassifierOptions.of(
+        task_name="sst-2", data_dir=task_dir, vocab_file=vocab,
         bert_config_file=config_file, init_checkpoint=os.path.join(output_dir, "phase_2"),
         output_dir=out, do_train=True, do_eval=True, max_seq_length=64, train_batch_size=32,
         learning_rate=5e-4, num_train_epochs=3.0, export_dir=export_dir,

@@ -36,14 +36,18 @@ exact, f1, HasAns_/NoAns_/best_ entries). The log file is <output_dir>/run_squad
 REQUIRED = ("vocab_file", "bert_config_file", "output_dir")
 
 
-def _main(task_class_name):
-    """The command's main: runs the driver with `finetuning.tasks.<task_class_name>`."""
+def _main(task_class_name, options_class_name):
+    """The command's main: runs the driver with `finetuning.tasks.<task_class_name>` on
+    `finetuning.options.<options_class_name>`."""
     def main(flags):
+        from cli.flag_options import options_from_flags
         from cli.nvidia_flags import start_training_command
-        start_training_command(flags)  # before TensorFlow is imported
+        from finetuning import options as finetuning_options
+        options = options_from_flags(flags, getattr(finetuning_options, options_class_name))
+        start_training_command(flags, options)  # before TensorFlow is imported
         from finetuning import tasks
         from finetuning.driver import main as driver_main
-        return driver_main(getattr(tasks, task_class_name).from_flags, flags)
+        return driver_main(getattr(tasks, task_class_name).from_options, options)
     return main
 
 
@@ -51,7 +55,7 @@ def _output_dir(flags):
     return flags.output_dir
 
 
-GLUE = Command("run_classifier", GLUE_DOC, define_classifier_flags, _main("ClassifierTask"),
+GLUE = Command("run_classifier", GLUE_DOC, define_classifier_flags, _main("ClassifierTask", "ClassifierOptions"),
                REQUIRED, _output_dir)
-SQUAD = Command("run_squad", SQUAD_DOC, define_squad_flags, _main("SquadTask"), REQUIRED,
+SQUAD = Command("run_squad", SQUAD_DOC, define_squad_flags, _main("SquadTask", "SquadOptions"), REQUIRED,
                 _output_dir)

@@ -53,12 +53,13 @@ def warn_ignored(flag_values):
     return given
 
 
-def start_training_command(flag_values):
+def start_training_command(flag_values, options):
     """What the training commands do after parsing and before TensorFlow starts: one warning
-    per ignored NVIDIA flag given, and XLA's environment flag when the run will use XLA
-    (NVIDIA's default --use_xla only where there is a GPU: runtime.speed_defaults)."""
+    per ignored NVIDIA flag given, and XLA's environment flag when the run (`options`, the
+    job's options) will use XLA (NVIDIA's default --use_xla only where there is a GPU:
+    runtime.speed_defaults)."""
     from runtime.speed_defaults import resolve
     from runtime.xla_env import enable_cpu_xla
     warn_ignored(flag_values)
-    if resolve(flag_values).use_xla:
+    if resolve(options).use_xla:
         enable_cpu_xla()

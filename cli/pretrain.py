@@ -18,15 +18,18 @@ from cli.pretraining_flags import define_flags
 
 
 def main(flags):
+    from cli.flag_options import options_from_flags
     from cli.nvidia_flags import start_training_command, warn_ignored
-    if flags.dry_run:  # the plan only: no TensorFlow, no data
+    from pretraining.options import PretrainingOptions
+    options = options_from_flags(flags, PretrainingOptions)
+    if options.dry_run:  # the plan only: no TensorFlow, no data
         from pretraining.plan import plan_line, pretraining_plan
         warn_ignored(flags)
-        print(plan_line(pretraining_plan(flags, flags.dry_run_ranks)))
+        print(plan_line(pretraining_plan(options, options.dry_run_ranks)))
         return 0
-    start_training_command(flags)  # before TensorFlow is imported
+    start_training_command(flags, options)  # before TensorFlow is imported
     from pretraining.runner import main as run_main
-    return run_main(flags)
+    return run_main(options)
 
 
 COMMAND = Command("run_pretraining", __doc__, define_flags, main,

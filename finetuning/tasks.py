@@ -47,13 +47,13 @@ class ClassifierTask:
         self.num_labels = self.processor.num_labels
 
     @classmethod
-    def from_flags(cls, flags):
-        if not flags.task_name:
+    def from_options(cls, options):
+        if not options.task_name:
             raise TaskDataError("--task_name is required")
-        return cls(flags.task_name, flags.data_dir, flags.max_seq_length)
+        return cls(options.task_name, options.data_dir, options.max_seq_length)
 
-    def validate_flags(self, flags):
-        if (flags.do_train or flags.do_eval or flags.do_predict) and not flags.data_dir:
+    def validate_options(self, options):
+        if (options.do_train or options.do_eval or options.do_predict) and not options.data_dir:
             raise TaskDataError("--data_dir is required to train, evaluate or predict")
 
     def metadata(self):
@@ -173,25 +173,25 @@ class SquadTask:
         self.eval_script, self.max_predict_examples = eval_script, max_predict_examples
 
     @classmethod
-    def from_flags(cls, flags):
-        iterations = getattr(flags, "num_eval_iterations", None)
-        return cls(flags.train_file, flags.predict_file, flags.max_seq_length, flags.doc_stride,
-                   flags.max_query_length, flags.n_best_size, flags.max_answer_length,
-                   flags.version_2_with_negative, flags.null_score_diff_threshold,
-                   flags.do_lower_case, flags.verbose_logging, flags.seed,
-                   getattr(flags, "eval_script", None),
-                   iterations * flags.predict_batch_size if iterations else None)
+    def from_options(cls, options):
+        iterations = getattr(options, "num_eval_iterations", None)
+        return cls(options.train_file, options.predict_file, options.max_seq_length, options.doc_stride,
+                   options.max_query_length, options.n_best_size, options.max_answer_length,
+                   options.version_2_with_negative, options.null_score_diff_threshold,
+                   options.do_lower_case, options.verbose_logging, options.seed,
+                   getattr(options, "eval_script", None),
+                   iterations * options.predict_batch_size if iterations else None)
 
-    def validate_flags(self, flags):
-        if flags.do_train and not flags.train_file:
+    def validate_options(self, options):
+        if options.do_train and not options.train_file:
             raise TaskDataError("--do_train needs --train_file")
-        if flags.do_predict and not flags.predict_file:
+        if options.do_predict and not options.predict_file:
             raise TaskDataError("--do_predict needs --predict_file")
         if self.eval_script and not os.path.isfile(self.eval_script):
             raise TaskDataError(f"{self.eval_script}: --eval_script: no such file")
-        if flags.max_seq_length <= flags.max_query_length + 3:
-            raise TaskDataError(f"--max_seq_length={flags.max_seq_length} leaves no room for "
-                                f"the context after --max_query_length={flags.max_query_length}")
+        if options.max_seq_length <= options.max_query_length + 3:
+            raise TaskDataError(f"--max_seq_length={options.max_seq_length} leaves no room for "
+                                f"the context after --max_query_length={options.max_query_length}")
 
     def metadata(self):
         return {"task": self.name, "doc_stride": self.doc_stride,

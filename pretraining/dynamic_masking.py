@@ -72,11 +72,12 @@ class DynamicMasking:
     whole_word: bool = False
 
     @classmethod
-    def from_flags(cls, flags):
-        """From --max_predictions_per_seq, --masked_lm_prob, --do_whole_word_mask (the last
-        two None when not given)."""
-        prob = DEFAULT_MASKED_LM_PROB if flags.masked_lm_prob is None else flags.masked_lm_prob
-        return cls(flags.max_predictions_per_seq, prob, bool(flags.do_whole_word_mask))
+    def from_options(cls, options):
+        """From the options max_predictions_per_seq, masked_lm_prob, do_whole_word_mask (the
+        last two None when not given)."""
+        prob = options.masked_lm_prob
+        prob = DEFAULT_MASKED_LM_PROB if prob is None else prob
+        return cls(options.max_predictions_per_seq, prob, bool(options.do_whole_word_mask))
 
     def order(self):
         """The settings that fix which masks a (seed, rank, micro-batch) draws, by their flag

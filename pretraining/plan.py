@@ -21,39 +21,39 @@ PLAN_FIELDS = ("phase", "ranks", "local_devices", "max_seq_length", "max_predict
                "optimizer", "precision", "save_checkpoints_steps", "init_checkpoint")
 
 
-def pretraining_plan(flags, ranks, speed=None):
-    """The run's plan (see PLAN_FIELDS) from parsed run_pretraining.py flags. `speed`: the
+def pretraining_plan(options, ranks, speed=None):
+    """The run's plan (see PLAN_FIELDS) from run_pretraining.py's options. `speed`: the
     run's `runtime.speed_defaults.Speed` (on a machine without a GPU, NVIDIA's default --amp
     is off); a dry run plans the flags as given (--amp, --manual_fp16), for the GPUs it is
     for."""
     ranks = int(ranks)
-    devices = int(getattr(flags, "num_local_devices", 1) or 1)
+    devices = int(getattr(options, "num_local_devices", 1) or 1)
     if speed is None:
-        manual = bool(getattr(flags, "manual_fp16", False))
-        amp, amp_dtype = flags.amp or manual, "float16" if manual else flags.amp_dtype
+        manual = bool(getattr(options, "manual_fp16", False))
+        amp, amp_dtype = options.amp or manual, "float16" if manual else options.amp_dtype
     else:
         amp, amp_dtype = speed.amp, speed.amp_dtype
     precision = "fp32"
     if amp:
         precision = {"float16": "fp16", "bfloat16": "bf16"}[amp_dtype]
     plan = {
-        "phase": flags.phase,
+        "phase": options.phase,
         "ranks": ranks,
         "local_devices": devices,
-        "max_seq_length": flags.max_seq_length,
-        "max_predictions_per_seq": flags.max_predictions_per_seq,
-        "per_rank_batch_size": flags.train_batch_size,
-        "accumulation_steps": flags.num_accumulation_steps,
-        "global_batch_size": (flags.train_batch_size * flags.num_accumulation_steps * ranks
+        "max_seq_length": options.max_seq_length,
+        "max_predictions_per_seq": options.max_predictions_per_seq,
+        "per_rank_batch_size": options.train_batch_size,
+        "accumulation_steps": options.num_accumulation_steps,
+        "global_batch_size": (options.train_batch_size * options.num_accumulation_steps * ranks
                               * devices),
-        "learning_rate_per_rank": float(flags.learning_rate),
-        "peak_learning_rate": peak_learning_rate(flags.learning_rate, ranks * devices),
-        "train_steps": flags.num_train_steps,
-        "warmup_steps": flags.num_warmup_steps,
-        "optimizer": flags.optimizer_type,
+        "learning_rate_per_rank": float(options.learning_rate),
+        "peak_learning_rate": peak_learning_rate(options.learning_rate, ranks * devices),
+        "train_steps": options.num_train_steps,
+        "warmup_steps": options.num_warmup_steps,
+        "optimizer": options.optimizer_type,
         "precision": precision,
-        "save_checkpoints_steps": flags.save_checkpoints_steps,
-        "init_checkpoint": flags.init_checkpoint,
+        "save_checkpoints_steps": options.save_checkpoints_steps,
+        "init_checkpoint": options.init_checkpoint,
     }
     assert tuple(plan) == PLAN_FIELDS
     return plan

@@ -36,10 +36,10 @@ PACKED_FEATURES = ("instance_ids", "position_ids", "next_sentence_positions",
 DYNAMIC_ONLY_FLAGS = ("masked_lm_prob", "do_whole_word_mask")
 
 
-def given_dynamic_flags(flags):
+def given_dynamic_flags(options):
     """The DYNAMIC_ONLY_FLAGS set on the command line (not None), as `--name=value`."""
-    return [f"--{name}={getattr(flags, name)}" for name in DYNAMIC_ONLY_FLAGS
-            if getattr(flags, name) is not None]
+    return [f"--{name}={getattr(options, name)}" for name in DYNAMIC_ONLY_FLAGS
+            if getattr(options, name) is not None]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Runs pre-training (and its evaluation) from parsed flags.
+"""Runs pre-training (and its evaluation) from its options (`pretraining.options`: a
+command's parsed flags, or `PretrainingOptions.of(...)`).
 
 Resuming: the Estimator restores the latest checkpoint in --output_dir (weights, optimizer
 slots, accumulation buffers, global step, loss scale, micro-step counter), and each rank
@@ -59,20 +60,20 @@ def _peak_flops(flags_peak_tflops):
     return None
 
 
-def _validate(flags, config):
-    if not (flags.do_train or flags.do_eval):
+def _validate(options, config):
+    if not (options.do_train or options.do_eval):
         raise UsageError("nothing to do: pass --do_train and/or --do_eval")
-    if flags.max_seq_length > config.max_position_embeddings:
-        raise UsageError(f"--max_seq_length={flags.max_seq_length} exceeds the config's "
+    if options.max_seq_length > config.max_position_embeddings:
+        raise UsageError(f"--max_seq_length={options.max_seq_length} exceeds the config's "
                          f"max_position_embeddings {config.max_position_embeddings}")
-    if flags.max_predictions_per_seq > flags.max_seq_length:
+    if options.max_predictions_per_seq > options.max_seq_length:
         raise UsageError("--max_predictions_per_seq cannot exceed --max_seq_length")
-    problem = out_of_range(flags)  # training/option_ranges.py: every numeric flag's range
+    problem = out_of_range(options)  # training/option_ranges.py: every numeric flag's range
     if problem:
         raise UsageError(problem)
-    if flags.do_train and not flags.input_files_dir:
+    if options.do_train and not options.input_files_dir:
         raise UsageError("--do_train needs --input_files_dir")
-    if flags.do_eval and not flags.eval_files_dir:
+    if options.do_eval and not options.eval_files_dir:
         raise UsageError("--do_eval needs --eval_files_dir")
 
 
@@ -86,100 +87,100 @@ def log_plan(plan, dllog_path):
             writer.write(line + "\n")
 
 
-def run(flags):
+def run(options):
     """Trains and/or evaluates. Returns a dict of results (training summary, eval metrics).
     Rank 0 holds the output folder's run lock throughout (`resilience.run_lock`)."""
     # a plain namespace of values (a library caller) may leave the devices out: one
-    workers = Workers(flags.horovod, getattr(flags, "num_local_devices", 1))
-    with run_lock(flags.output_dir, workers.is_chief):
-        return _run(flags, workers)
+    workers = Workers(options.horovod, getattr(options, "num_local_devices", 1))
+    with run_lock(options.output_dir, workers.is_chief):
+        return _run(options, workers)
 
 
-def _run(flags, workers):
-    config = BertConfig.from_json_file(flags.bert_config_file)
-    _validate(flags, config)
-    speed = resolve_speed(flags)  # NVIDIA's --amp/--use_xla defaults on a machine without GPU
+def _run(options, workers):
+    config = BertConfig.from_json_file(options.bert_config_file)
+    _validate(options, config)
+    speed = resolve_speed(options)  # NVIDIA's --amp/--use_xla defaults on a machine without GPU
     compute_type, loss_scale = precision_settings(speed.amp, speed.amp_dtype)
-    results = {"plan": pretraining_plan(flags, workers.size, speed)}
+    results = {"plan": pretraining_plan(options, workers.size, speed)}
     if workers.is_chief:
         for note in speed.notes:
             logging.info("%s", note, extra=SHOW)
         workers.log_towers(results["plan"]["global_batch_size"])
-        log_plan(results["plan"], flags.dllog_path if flags.do_train else None)
+        log_plan(results["plan"], options.dllog_path if options.do_train else None)
 
     train_files = eval_files = None
     # Dynamic-masking records are masked by the input pipeline (pretraining.dynamic_masking).
-    masking, dynamic_flags = DynamicMasking.from_flags(flags), given_dynamic_flags(flags)
-    ranges = value_ranges(config.vocab_size, config.type_vocab_size, flags.max_seq_length)
-    if flags.do_train:
-        train_files = list_input_files(flags.input_files_dir)
+    masking, dynamic_flags = DynamicMasking.from_options(options), given_dynamic_flags(options)
+    ranges = value_ranges(config.vocab_size, config.type_vocab_size, options.max_seq_length)
+    if options.do_train:
+        train_files = list_input_files(options.input_files_dir)
         train_records, record_counts = check_input_files(
-            train_files, flags.max_seq_length, flags.max_predictions_per_seq, config,
+            train_files, options.max_seq_length, options.max_predictions_per_seq, config,
             dynamic_flags)
         check_rank_records(train_files, record_counts, workers.size)
         train_input = training_input(  # one batch for all towers: [devices * batch, ...]
-            train_files, flags.train_batch_size * workers.num_devices, flags.max_seq_length,
-            flags.max_predictions_per_seq, flags.seed, workers.size, workers.rank,
-            flags.shuffle_buffer, masking if train_records.kind == DYNAMIC else None,
-            train_records.sequences_per_row, ranges, flags.skip_bad_records, record_counts)
+            train_files, options.train_batch_size * workers.num_devices, options.max_seq_length,
+            options.max_predictions_per_seq, options.seed, workers.size, workers.rank,
+            options.shuffle_buffer, masking if train_records.kind == DYNAMIC else None,
+            train_records.sequences_per_row, ranges, options.skip_bad_records, record_counts)
         mine = train_input.rank_files()
         logging.info("rank %d reads %d training file(s): %s", workers.rank, len(mine),
                      ", ".join(mine[:4]) + (", ..." if len(mine) > 4 else ""))
         if train_records.sequences_per_row:
             logging.info("packed records, up to %d instances a row: %s",
-                         train_records.sequences_per_row, flags.input_files_dir)
+                         train_records.sequences_per_row, options.input_files_dir)
         if train_records.kind == DYNAMIC:
-            logging.info("dynamic masking of %s: %s", flags.input_files_dir, masking)
-    if flags.do_eval:
-        eval_files = list_input_files(flags.eval_files_dir)
-        eval_records, _ = check_input_files(eval_files, flags.max_seq_length,
-                                            flags.max_predictions_per_seq, config,
-                                            () if flags.do_train else dynamic_flags)
+            logging.info("dynamic masking of %s: %s", options.input_files_dir, masking)
+    if options.do_eval:
+        eval_files = list_input_files(options.eval_files_dir)
+        eval_records, _ = check_input_files(eval_files, options.max_seq_length,
+                                            options.max_predictions_per_seq, config,
+                                            () if options.do_train else dynamic_flags)
 
     settings = TrainingSettings(
-        model_dir=flags.output_dir,
+        model_dir=options.output_dir,
         bert_config=config, learning_rate=results["plan"]["peak_learning_rate"],
-        num_train_steps=flags.num_train_steps, num_warmup_steps=flags.num_warmup_steps,
-        optimizer_type=flags.optimizer_type,
-        init_checkpoint=flags.init_checkpoint, compute_type=compute_type,
-        loss_scale=loss_scale, init_loss_scale=flags.init_loss_scale,
-        num_accumulation_steps=flags.num_accumulation_steps,
-        allreduce_post_accumulation=flags.allreduce_post_accumulation,
+        num_train_steps=options.num_train_steps, num_warmup_steps=options.num_warmup_steps,
+        optimizer_type=options.optimizer_type,
+        init_checkpoint=options.init_checkpoint, compute_type=compute_type,
+        loss_scale=loss_scale, init_loss_scale=options.init_loss_scale,
+        num_accumulation_steps=options.num_accumulation_steps,
+        allreduce_post_accumulation=options.allreduce_post_accumulation,
         allreduce_fn=workers.allreduce_fn(gradient_compression(speed.amp, speed.amp_dtype)),
-        seed=flags.seed, rank=workers.rank, devices=tuple(workers.devices),
-        weight_decay_rate=flags.weight_decay_rate,
-        lamb_layer_adaptation=flags.lamb_layer_adaptation,
-        max_consecutive_skips=flags.max_consecutive_skips, log_variables=flags.verbose_logging)
+        seed=options.seed, rank=workers.rank, devices=tuple(workers.devices),
+        weight_decay_rate=options.weight_decay_rate,
+        lamb_layer_adaptation=options.lamb_layer_adaptation,
+        max_consecutive_skips=options.max_consecutive_skips, log_variables=options.verbose_logging)
 
     log_hooks = []
-    device_peak = _peak_flops(flags.peak_tflops)
+    device_peak = _peak_flops(options.peak_tflops)
 
     def logging_hooks(tensors):
         hook = StepLoggingHook(
-            tensors, flags.display_loss_steps,
-            global_batch_size=flags.train_batch_size * workers.replicas,
+            tensors, options.display_loss_steps,
+            global_batch_size=options.train_batch_size * workers.replicas,
             flops_per_sequence=training_flops_per_sequence(
-                config, flags.max_seq_length, flags.max_predictions_per_seq),
+                config, options.max_seq_length, options.max_predictions_per_seq),
             peak_flops=device_peak and device_peak * workers.replicas,
-            dllog_path=flags.dllog_path, is_chief=workers.is_chief,
-            total_steps=flags.num_train_steps, ranks=workers.size)
+            dllog_path=options.dllog_path, is_chief=workers.is_chief,
+            total_steps=options.num_train_steps, ranks=workers.size)
         log_hooks.append(hook)
         return [hook]
 
     if workers.is_chief:
-        tf.io.gfile.makedirs(flags.output_dir)
-    run_config = make_run_config(flags.output_dir, workers, flags.save_checkpoints_steps,
-                                 flags.keep_checkpoint_max, speed.use_xla, flags.seed)
+        tf.io.gfile.makedirs(options.output_dir)
+    run_config = make_run_config(options.output_dir, workers, options.save_checkpoints_steps,
+                                 options.keep_checkpoint_max, speed.use_xla, options.seed)
     estimator = tf.estimator.Estimator(make_model_fn(settings, logging_hooks), config=run_config)
 
-    if flags.do_train:
+    if options.do_train:
         extra = [WeightsFingerprintHook(workers.rank)] if workers.use_horovod else []
-        bad_records = (BadRecordLimitHook(flags.max_bad_records, workers, flags.input_files_dir)
-                       if flags.skip_bad_records else None)
-        preemption = train_resuming(estimator, train_input, flags.output_dir,
-                                    flags.num_train_steps, workers,
-                                    flags.save_checkpoints_steps, extra,
-                                    reset_data_position=flags.reset_data_position,
+        bad_records = (BadRecordLimitHook(options.max_bad_records, workers, options.input_files_dir)
+                       if options.skip_bad_records else None)
+        preemption = train_resuming(estimator, train_input, options.output_dir,
+                                    options.num_train_steps, workers,
+                                    options.save_checkpoints_steps, extra,
+                                    reset_data_position=options.reset_data_position,
                                     bad_records=bad_records)
         if preemption is not None:
             if log_hooks:
@@ -191,27 +192,27 @@ def _run(flags, workers):
             if preemption.received is not None:
                 return results
 
-    if flags.do_eval and workers.is_chief:
-        input_fn = make_input_fn(eval_files, flags.eval_batch_size, flags.max_seq_length,
-                                 flags.max_predictions_per_seq, False,
+    if options.do_eval and workers.is_chief:
+        input_fn = make_input_fn(eval_files, options.eval_batch_size, options.max_seq_length,
+                                 options.max_predictions_per_seq, False,
                                  masking if eval_records.kind == DYNAMIC else None,
                                  eval_records.sequences_per_row, value_ranges=ranges)
-        eval_spec = reading_spec(flags.max_seq_length, flags.max_predictions_per_seq,
+        eval_spec = reading_spec(options.max_seq_length, options.max_predictions_per_seq,
                                  eval_records.kind == DYNAMIC, eval_records.sequences_per_row)
-        with explained_failures(flags.output_dir, eval_files, eval_spec, ranges):
-            metrics = estimator.evaluate(input_fn, steps=flags.max_eval_steps)
+        with explained_failures(options.output_dir, eval_files, eval_spec, ranges):
+            metrics = estimator.evaluate(input_fn, steps=options.max_eval_steps)
         results["eval"] = {k: float(v) for k, v in metrics.items()}
-        path = os.path.join(flags.output_dir, "eval_results.txt")
+        path = os.path.join(options.output_dir, "eval_results.txt")
         write_eval_results(path, metrics)
         logging.info("eval results (%s): %s", path, ", ".join(
             f"{key} = {value:.4g}" for key, value in sorted(results["eval"].items())), extra=SHOW)
     return results
 
 
-def main(flags):
+def main(options):
     """Entry point for run_pretraining.py: one-line errors, exit codes."""
     try:
-        results = run(flags)
+        results = run(options)
     except (UsageError, ConfigError, CheckpointError, InputError, RuntimeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -36,26 +36,25 @@ def gpu_visible():
     return bool(glob.glob("/dev/nvidia[0-9]*"))
 
 
-def given(flags, name):
-    """Whether flag `name` was set on the command line or by a caller (not its default)."""
-    try:
-        return not flags[name].using_default_value
-    except (KeyError, TypeError, AttributeError):
-        return True  # a plain namespace of values: every value is a choice
+def given(options, name):
+    """Whether option `name` was chosen (on the command line or by a caller), not left at its
+    default: `options.given` (`training.options.RunOptions`)."""
+    chosen = getattr(options, "given", None)
+    return True if chosen is None else name in chosen  # a plain namespace: all are choices
 
 
-def resolve(flags, gpu=None):
-    """The run's Speed from parsed flags (`amp`, `amp_dtype`, `use_xla`) on this machine."""
+def resolve(options, gpu=None):
+    """The run's Speed from its options (`amp`, `amp_dtype`, `use_xla`) on this machine."""
     gpu = gpu_visible() if gpu is None else gpu
-    amp, amp_dtype, use_xla = bool(flags.amp), flags.amp_dtype, bool(flags.use_xla)
-    if getattr(flags, "manual_fp16", False):  # NVIDIA's casts in the model: our AMP's way
-        return Speed(True, "float16", use_xla if gpu or given(flags, "use_xla") else False)
+    amp, amp_dtype, use_xla = bool(options.amp), options.amp_dtype, bool(options.use_xla)
+    if getattr(options, "manual_fp16", False):  # NVIDIA's casts in the model: our AMP's way
+        return Speed(True, "float16", use_xla if gpu or given(options, "use_xla") else False)
     turned_off: List[str] = []
     if not gpu:
-        if amp and not (given(flags, "amp") or given(flags, "amp_dtype")):
+        if amp and not (given(options, "amp") or given(options, "amp_dtype")):
             amp = False
             turned_off.append("--amp")
-        if use_xla and not given(flags, "use_xla"):
+        if use_xla and not given(options, "use_xla"):
             use_xla = False
             turned_off.append("--use_xla")
     notes = ()

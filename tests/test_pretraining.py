@@ -10,10 +10,9 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
-from absl import flags
 
-from cli.pretraining_flags import define_flags
 from pretraining.input_pipeline import InputError, make_dataset
+from pretraining.options import PretrainingOptions
 from pretraining.runner import run
 from pretraining_records import write_random_records
 
@@ -41,9 +40,7 @@ def data(tmp_path_factory):
 
 
 def make_flags(data, output_dir, **overrides):
-    values = flags.FlagValues()
-    define_flags(values)
-    values(["run_pretraining"])
+    """The options of a tiny pre-training run on `data` (`pretraining.options`)."""
     settings = dict(bert_config_file=str(data / "bert_config.json"),
                     input_files_dir=str(data / "train"), eval_files_dir=str(data / "eval"),
                     output_dir=str(output_dir), do_train=True, train_batch_size=4,
@@ -51,9 +48,7 @@ def make_flags(data, output_dir, **overrides):
                     num_train_steps=3, num_warmup_steps=1, learning_rate=1e-3,
                     display_loss_steps=1, save_checkpoints_steps=100, shuffle_buffer=20)
     settings.update(overrides)
-    for key, value in settings.items():
-        setattr(values, key, value)
-    return values
+    return PretrainingOptions.of(**settings)
 
 
 def command_line(data, output_dir, **overrides):

@@ -19,13 +19,11 @@ SEQ, PREDICTIONS = 64, 10
 
 @pytest.mark.slow
 def test_pretraining_from_scratch_ends_clearly_below_the_unigram_baseline(shared_data, tmp_path):
-    from absl import flags as absl_flags
-
     from cli.demo import EVAL_BATCH_SIZE, MAX_EVAL_STEPS, PHASE1_LEARNING_RATE
-    from cli.pretraining_flags import define_flags
     from data_prep.prep_actions import Layout, PrepOptions, run as prep
     from modeling import named_config
     from pretraining.baseline import unigram_baseline
+    from pretraining.options import PretrainingOptions
     from pretraining.runner import run as pretrain
 
     formatted_root, _ = formatted_corpus(shared_data)
@@ -50,20 +48,15 @@ def test_pretraining_from_scratch_ends_clearly_below_the_unigram_baseline(shared
     vocab_size = sum(1 for _ in open(vocab, encoding="utf-8"))
     named_config("tiny").replace(vocab_size=vocab_size).to_json_file(config_file)
 
-    flags = absl_flags.FlagValues()
-    define_flags(flags)
-    flags(["test"])
     steps = 600
-    for name, value in dict(
-            bert_config_file=config_file, input_files_dir=train_files,
-            eval_files_dir=eval_files, output_dir=str(tmp_path / "run"), do_train=True,
-            do_eval=True, max_seq_length=SEQ, max_predictions_per_seq=PREDICTIONS,
-            train_batch_size=32, eval_batch_size=EVAL_BATCH_SIZE, max_eval_steps=MAX_EVAL_STEPS,
-            num_train_steps=steps, num_warmup_steps=steps // 10,
-            learning_rate=PHASE1_LEARNING_RATE, save_checkpoints_steps=steps,
-            display_loss_steps=steps, amp=True, amp_dtype="bfloat16").items():
-        setattr(flags, name, value)
-    held_out = pretrain(flags)["eval"]
+    run_options = PretrainingOptions.of(
+        bert_config_file=config_file, input_files_dir=train_files, eval_files_dir=eval_files,
+        output_dir=str(tmp_path / "run"), do_train=True, do_eval=True, max_seq_length=SEQ,
+        max_predictions_per_seq=PREDICTIONS, train_batch_size=32,
+        eval_batch_size=EVAL_BATCH_SIZE, max_eval_steps=MAX_EVAL_STEPS, num_train_steps=steps,
+        num_warmup_steps=steps // 10, learning_rate=PHASE1_LEARNING_RATE,
+        save_checkpoints_steps=steps, display_loss_steps=steps, amp=True, amp_dtype="bfloat16")
+    held_out = pretrain(run_options)["eval"]
     baseline = unigram_baseline(train_files, eval_files, config_file, SEQ, PREDICTIONS,
                                 max_eval_examples=MAX_EVAL_STEPS * EVAL_BATCH_SIZE,
                                 eval_batch_size=EVAL_BATCH_SIZE)
