@@ -62,8 +62,10 @@ def define_flags(flag_values):
 
 
 def main(flags):
-    from data_prep import pretraining_data
-    options = pretraining_data.PretrainingOptions(
+    from data_prep.errors import DataPrepError
+    from data_prep.pretraining_data import create_pretraining_tfrecords
+    from data_prep.pretraining_options import PretrainingOptions
+    options = PretrainingOptions(
         max_seq_length=flags.max_seq_length,
         max_predictions_per_seq=flags.max_predictions_per_seq,
         random_seed=flags.random_seed,
@@ -75,10 +77,10 @@ def main(flags):
         masking=flags.masking,
         max_sequences_per_row=flags.max_sequences_per_row if flags.pack else 0)
     try:
-        pretraining_data.create_pretraining_tfrecords(
+        create_pretraining_tfrecords(
             flags.input_file, flags.output_file, flags.vocab_file, options,
             processes=flags.n_processes)
-    except pretraining_data.DataPrepError as e:
+    except DataPrepError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0

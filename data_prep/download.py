@@ -32,7 +32,7 @@ import urllib.request
 import zipfile
 from typing import Callable, Dict, List, Optional, Sequence
 
-from data_prep.pretraining_data import DataPrepError
+from data_prep.errors import DataPrepError
 
 CHUNK = 1 << 20
 USER_AGENT = "bert-tf-bertPrep/0.1 (+urllib)"

@@ -55,7 +55,7 @@ import sys
 import time
 from typing import Callable, List, Optional, Sequence, Tuple
 
-from data_prep.pretraining_data import DataPrepError
+from data_prep.errors import DataPrepError
 from data_prep.temporaries import remove_stale_temporaries
 from data_prep.worker_lifetime import die_with_parent, pool_context
 from reporting.progress import eta
@@ -406,25 +406,28 @@ def tfrecord_job(shard: str, output: str, vocab_file: str, options_fields: dict
                  ) -> Tuple[bool, str, str]:
     """One shard to one TFRecord file; returns (ok, output, message). Never raises, so one
     shard's failure cannot take down the pool nor be lost in unpickling."""
-    from data_prep import pretraining_data as pdata
+    from data_prep.pretraining_data import create_pretraining_tfrecords
+    from data_prep.pretraining_options import PretrainingOptions
+    from data_prep.vocab_info import load_tokenizer
     t0 = time.perf_counter()
     try:
-        options = pdata.PretrainingOptions(**options_fields)
+        options = PretrainingOptions(**options_fields)
         key = (vocab_file, options.do_lower_case)
         if key not in _TOKENIZERS:  # loaded once per worker process
-            _TOKENIZERS[key] = pdata.load_tokenizer(vocab_file, options.do_lower_case)
-        stats = pdata.create_pretraining_tfrecords([shard], [output], _TOKENIZERS[key], options,
-                                                   log_instances=0)
+            _TOKENIZERS[key] = load_tokenizer(vocab_file, options.do_lower_case)
+        stats = create_pretraining_tfrecords([shard], [output], _TOKENIZERS[key], options,
+                                             log_instances=0)
         return True, output, (f"{stats.instances} instances from {stats.documents} documents "
                               f"in {time.perf_counter() - t0:.1f} s")
-    except pdata.DataPrepError as e:
+    except DataPrepError as e:
         return False, output, str(e)
     except Exception as e:  # noqa: BLE001 - reported with the shard, not as a traceback
         return False, output, f"{shard}: {type(e).__name__}: {e}"
 
 
 def action_create_tfrecord_files(o: PrepOptions, layout: Layout) -> int:
-    from data_prep import pretraining_data as pdata
+    from data_prep.pretraining_options import PretrainingOptions, derive_shard_seed
+    from data_prep.vocab_info import load_tokenizer
     _require_corpus(o)
     shard_dir = layout.sharded_dir(o.dataset, o)
     shards = list_shards(shard_dir)
@@ -432,8 +435,8 @@ def action_create_tfrecord_files(o: PrepOptions, layout: Layout) -> int:
         raise DataPrepError(shard_dir, "no shards (run --action sharding with the same "
                                        "--n_training_shards/--n_test_shards/--fraction_test_set)")
     vocab_file = resolve_vocab(o, layout)
-    pdata.load_tokenizer(vocab_file, o.do_lower_case)  # a bad vocab fails once, up front
-    base = pdata.PretrainingOptions(
+    load_tokenizer(vocab_file, o.do_lower_case)  # a bad vocab fails once, up front
+    base = PretrainingOptions(
         max_seq_length=o.max_seq_length, max_predictions_per_seq=o.max_predictions_per_seq,
         random_seed=o.random_seed, dupe_factor=o.dupe_factor, masked_lm_prob=o.masked_lm_prob,
         short_seq_prob=o.short_seq_prob, do_whole_word_mask=o.do_whole_word_mask,
@@ -458,7 +461,7 @@ def action_create_tfrecord_files(o: PrepOptions, layout: Layout) -> int:
             _say(f"create_tfrecord_files: skip {name} (complete)")
             continue
         fields = dataclasses.asdict(base.replace(
-            random_seed=pdata.derive_shard_seed(o.random_seed, os.path.basename(shard))))
+            random_seed=derive_shard_seed(o.random_seed, os.path.basename(shard))))
         jobs.append((shard, output, vocab_file, fields))
     failures = []
     finished = []

@@ -37,7 +37,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from data_prep import sentence_segmentation
-from data_prep.pretraining_data import DataPrepError
+from data_prep.errors import DataPrepError
 from data_prep.worker_lifetime import die_with_parent, pool_context
 
 

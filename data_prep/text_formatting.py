@@ -46,8 +46,8 @@ import subprocess
 import tempfile
 from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
 
+from data_prep.errors import DataPrepError
 from data_prep.pause_point import pause_point
-from data_prep.pretraining_data import DataPrepError
 from data_prep.tethered_child import tethered_command, tethered_env
 
 # Titles of dropped (empty) articles remembered for the report; the count is always exact.

@@ -30,8 +30,11 @@ import dataclasses
 import numpy as np
 
 from data_prep import tfrecord_writer
-from data_prep.pretraining_data import (Corpus, InstancePlan, PretrainingOptions, VocabInfo,
-                                        instance_rows, word_starts)
+from data_prep.corpus import Corpus
+from data_prep.instance_plan import InstancePlan
+from data_prep.instance_rows import instance_rows, word_starts
+from data_prep.pretraining_options import PretrainingOptions
+from data_prep.vocab_info import VocabInfo
 
 WORD_STARTS = "word_starts"
 MASKING_VOCAB = "masking_vocab"

@@ -5,8 +5,8 @@ training on the `dupe_factor` choices frozen into static records: accuracy equal
 and the data is written once (`create_pretraining_data.py --masking=dynamic`, records
 described in `data_prep.unmasked_instances`).
 
-`mask_batch` applies Google's rule (create_pretraining_data.py; our static writer
-`data_prep.pretraining_data` follows it exactly) to every row of a micro-batch:
+`mask_batch` applies Google's rule (create_pretraining_data.py; our static masking in
+`data_prep.masked_instances` follows it exactly) to every row of a micro-batch:
 * candidates: the real tokens (input_mask 1) other than [CLS] and [SEP];
 * num_to_predict = min(max_predictions_per_seq, max(1, round(real tokens * masked_lm_prob))),
   rounding half to even (Python's round), and at most the number of candidates;

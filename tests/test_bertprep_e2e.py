@@ -151,7 +151,9 @@ def test_records_parse_with_google_spec_and_are_well_formed(prepared, seq, pred)
 
 def test_create_vocab_is_used_when_no_vocab_file_is_given(shared_data, tmp_path):
     from bertprep_support import copy_working_dir, formatted_corpus
-    from data_prep import pretraining_data, prep_actions, tfrecord_writer
+    from data_prep import prep_actions, tfrecord_writer
+    from data_prep.pretraining_data import create_pretraining_tfrecords
+    from data_prep.pretraining_options import PretrainingOptions, derive_shard_seed
     root, _ = formatted_corpus(shared_data)
     wd = copy_working_dir(root, str(tmp_path / "wd"))
     common = dict(dataset="bookscorpus", working_dir=wd, n_training_shards=2, n_test_shards=0,
@@ -173,11 +175,11 @@ def test_create_vocab_is_used_when_no_vocab_file_is_given(shared_data, tmp_path)
     # The records are those of the trained vocab: same bytes as passing it explicitly.
     explicit = tmp_path / "explicit"
     shard_dir = os.path.join(wd, "sharded_training_shards_2_test_shards_0_fraction_0")
-    stats = pretraining_data.create_pretraining_tfrecords(
+    stats = create_pretraining_tfrecords(
         os.path.join(shard_dir, "bookscorpus", "bookscorpus_training_0.txt"), str(explicit),
-        vocab_file, pretraining_data.PretrainingOptions(
+        vocab_file, PretrainingOptions(
             max_seq_length=64, max_predictions_per_seq=10, dupe_factor=1,
-            random_seed=pretraining_data.derive_shard_seed(12345, "bookscorpus_training_0.txt")),
+            random_seed=derive_shard_seed(12345, "bookscorpus_training_0.txt")),
         log_instances=0)
     assert stats.instances > 100
     assert open(explicit, "rb").read() == open(os.path.join(folder, names[0]), "rb").read()

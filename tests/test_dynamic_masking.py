@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from data_prep import pretraining_data as pdata
+from data_prep.pretraining_data import create_pretraining_tfrecords
+from data_prep.pretraining_options import PretrainingOptions
+from data_prep.vocab_info import load_tokenizer
 from pretraining.dynamic_masking import DynamicMasking, stream_key, unmasked_feature_spec
 from modeling import named_config
 from pretraining.input_pipeline import InputError, make_dataset
@@ -94,14 +96,14 @@ def corpus(shared_data, minilm_vocab, tmp_path_factory):
     text = write_docs(_book_docs(os.path.join(shared_data, "books",
                                               "pg11_alice_in_wonderland.txt")),
                       str(folder / "alice.txt"))
-    tokenizer = pdata.load_tokenizer(minilm_vocab)
+    tokenizer = load_tokenizer(minilm_vocab)
     paths = {}
     for name, changes in (("static", {}), ("static_wwm", {"do_whole_word_mask": True}),
                           ("dynamic", {"masking": "dynamic"})):
         paths[name] = str(folder / f"{name}.tfrecord")
-        options = pdata.PretrainingOptions(dupe_factor=DUPES, random_seed=3, **changes)
-        pdata.create_pretraining_tfrecords(text, paths[name], tokenizer, options,
-                                           log_instances=0)
+        options = PretrainingOptions(dupe_factor=DUPES, random_seed=3, **changes)
+        create_pretraining_tfrecords(text, paths[name], tokenizer, options,
+                                     log_instances=0)
     return {"paths": paths, "vocab": tokenizer.vocab, "folder": folder,
             "unmasked": read_all(record_dataset([paths["dynamic"]], 4096,
                                                 unmasked_feature_spec(SEQ), False,

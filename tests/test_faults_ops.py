@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 from bertprep_support import REPO, TABLE_DUMP, WIKI_DUMP, formatted_corpus
-from data_prep.pretraining_data import expand_input_files
+from data_prep.corpus import expand_input_files
 from kill_support import file_digests, kill_parent_and_check_descendants_die, seeded_moments
 from pretraining.input_pipeline import InputError, list_input_files
 from pretraining_records import write_random_records

@@ -28,9 +28,9 @@ print(json.dumps(out))
 
 _CASES = r"""
 import json, logging, os, sys, threading, time
-from data_prep import forked, pretraining_data
+from data_prep import corpus, forked
 
-pretraining_data.MIN_LINES_PER_PROCESS = 1
+corpus.MIN_LINES_PER_PROCESS = 1
 parent = os.getpid()
 lines = [f"line {i}" for i in range(10)]
 
@@ -52,7 +52,7 @@ class FailsHere(PidTokenizer):
         return super().encode_batch(lines)
 
 def run(tokenizer, processes=3):
-    flat, counts = pretraining_data.encode_lines_in_processes(tokenizer, lines, processes)
+    flat, counts = corpus.encode_lines_in_processes(tokenizer, lines, processes)
     return {"pids": flat[0::2].tolist(), "lines": flat[1::2].tolist(),
             "counts": counts.tolist()}
 
@@ -112,6 +112,7 @@ def test_helpers_tokenize_their_parts_in_order_and_fail_safely():
 _SERIALISE = r"""
 import hashlib, json, logging, os, sys
 from data_prep import forked, pretraining_data
+from data_prep.pretraining_options import PretrainingOptions
 
 pretraining_data.BATCH_SIZE = 256  # several batches from a small corpus (same for every run)
 parent = os.getpid()
@@ -138,7 +139,7 @@ for name, processes in (("one", 1), ("two", 2), ("failing", 2)):
     path = os.path.join(folder, f"{name}.tfrecord")
     stats = pretraining_data.create_pretraining_tfrecords(
         corpus, path, vocab,
-        pretraining_data.PretrainingOptions(dupe_factor=1, max_seq_length=32),
+        PretrainingOptions(dupe_factor=1, max_seq_length=32),
         log_instances=0, processes=processes)
     with open(path, "rb") as reader:
         out[name] = {"sha": hashlib.sha256(reader.read()).hexdigest(),
@@ -184,7 +185,7 @@ def test_batches_are_serialised_by_a_helper_into_the_same_bytes(minilm_vocab, tm
 def test_records_are_byte_identical_for_any_number_of_processes(minilm_vocab, tmp_path):
     corpus = str(tmp_path / "corpus.txt")
     n_lines = _sentence_corpus(corpus)
-    from data_prep.pretraining_data import MIN_LINES_PER_PROCESS
+    from data_prep.corpus import MIN_LINES_PER_PROCESS
     assert n_lines >= 3 * MIN_LINES_PER_PROCESS, "too few lines to use three processes"
     outputs = {}
     for processes in (1, 2, 3):

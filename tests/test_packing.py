@@ -144,24 +144,26 @@ WRITTEN_SEQ = 64
 def written(shared_data, minilm_vocab, tmp_path_factory):
     """Records of Alice in Wonderland, one seed, unpacked and packed, static and dynamic."""
     import os
-    from data_prep import pretraining_data as pdata
+    from data_prep.pretraining_data import create_pretraining_tfrecords
+    from data_prep.pretraining_options import PretrainingOptions
+    from data_prep.vocab_info import load_tokenizer
     from test_pretraining_data import _book_docs, write_docs
     folder = tmp_path_factory.mktemp("packing")
     text = write_docs(_book_docs(os.path.join(shared_data, "books",
                                               "pg11_alice_in_wonderland.txt")),
                       str(folder / "alice.txt"))
-    tokenizer = pdata.load_tokenizer(minilm_vocab)
+    tokenizer = load_tokenizer(minilm_vocab)
     paths, stats = {}, {}
     for masking in ("static", "dynamic"):
         for per_row in (0, PER_ROW):
             name = f"{masking}_{per_row}"
             (folder / name).mkdir()
             paths[name] = [str(folder / name / f"part-{i}.tfrecord") for i in range(2)]
-            options = pdata.PretrainingOptions(
+            options = PretrainingOptions(
                 max_seq_length=WRITTEN_SEQ, max_predictions_per_seq=10, dupe_factor=1,
                 random_seed=5, masking=masking, max_sequences_per_row=per_row)
-            stats[name] = pdata.create_pretraining_tfrecords(text, paths[name], tokenizer,
-                                                             options, log_instances=0)
+            stats[name] = create_pretraining_tfrecords(text, paths[name], tokenizer,
+                                                       options, log_instances=0)
     return {"paths": paths, "stats": stats, "vocab_size": len(tokenizer.vocab),
             "folder": folder}
 
@@ -229,7 +231,7 @@ def test_training_log_counts_the_instances_and_real_tokens_of_packed_rows(tmp_pa
     """Rows of exactly three 10-token instances: the log's sequences/s must be 3x its rows/s
     and its real tokens/s 30x (the same measured interval)."""
     from data_prep.packing import packed_kinds
-    from data_prep.pretraining_data import FEATURE_KINDS
+    from data_prep.masked_instances import FEATURE_KINDS
     from data_prep.tfrecord_writer import encode_tfrecords
     from pretraining.runner import run
     from test_pretraining import make_flags

@@ -11,9 +11,16 @@ import sys
 import numpy as np
 import pytest
 
-from data_prep import pretraining_data as pdata
 from data_prep import record_metadata
 from data_prep import tfrecord_writer as tw
+from data_prep.corpus import Corpus, read_corpus
+from data_prep.errors import DataPrepError
+from data_prep.instance_plan import (InstancePlan, _uniform_stream, plan_instances, truncate_plan,
+                                     truncated_lengths)
+from data_prep.masked_instances import build_instances
+from data_prep.pretraining_data import create_pretraining_tfrecords
+from data_prep.pretraining_options import PretrainingOptions, derive_shard_seed
+from data_prep.vocab_info import VocabInfo
 import google_reference
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -107,9 +114,9 @@ def real_corpus_file(shared_data, tmp_path_factory):
 @pytest.fixture(scope="module")
 def real_run(real_corpus_file, tokenizer, tmp_path_factory):
     out = str(tmp_path_factory.mktemp("records") / "books_wiki.tfrecord")
-    options = pdata.PretrainingOptions(dupe_factor=2, random_seed=7)
-    stats = pdata.create_pretraining_tfrecords(real_corpus_file, out, tokenizer, options)
-    corpus, _ = pdata.read_corpus([real_corpus_file], tokenizer)
+    options = PretrainingOptions(dupe_factor=2, random_seed=7)
+    stats = create_pretraining_tfrecords(real_corpus_file, out, tokenizer, options)
+    corpus, _ = read_corpus([real_corpus_file], tokenizer)
     return {"path": out, "stats": stats, "records": parse_with_tensorflow(out),
             "corpus": corpus}
 
@@ -236,7 +243,7 @@ class _GoogleRng:
     """random()/randint() over the same uniform stream as plan_instances."""
 
     def __init__(self, gen):
-        self.next = pdata._uniform_stream(gen).__next__
+        self.next = _uniform_stream(gen).__next__
 
     def random(self):
         return self.next()
@@ -305,10 +312,10 @@ def test_plan_follows_googles_loop():
         n_sent = int(gen.integers(1, 25))
         docs.append([list(range(1000 * d + 100 * s, 1000 * d + 100 * s + int(gen.integers(1, 40))))
                      for s in range(n_sent)])
-    corpus = pdata.Corpus.from_documents(docs)
-    options = pdata.PretrainingOptions(max_seq_length=64, dupe_factor=3, short_seq_prob=0.2)
-    plan = pdata.plan_instances(corpus, options, np.random.default_rng(11),
-                                np.random.default_rng(12))
+    corpus = Corpus.from_documents(docs)
+    options = PretrainingOptions(max_seq_length=64, dupe_factor=3, short_seq_prob=0.2)
+    plan = plan_instances(corpus, options, np.random.default_rng(11),
+                          np.random.default_rng(12))
     order = np.random.default_rng(11).permutation(len(docs))
     shuffled = [docs[k] for k in order]
     rng = _GoogleRng(np.random.default_rng(12))
@@ -336,15 +343,15 @@ def test_truncation_matches_googles_loop():
                         a -= 1
                     else:
                         b -= 1
-                got = pdata.truncated_lengths(np.array([la]), np.array([lb]), m)
+                got = truncated_lengths(np.array([la]), np.array([lb]), m)
                 assert (int(got[0][0]), int(got[1][0])) == (a, b), (m, la, lb)
 
 
 def test_truncation_removes_from_both_ends():
     n, m = 4000, 125
-    plan = pdata.InstancePlan(np.full(n, 1000), np.full(n, 150), np.full(n, 5000),
-                              np.full(n, 40), np.zeros(n, bool))
-    out = pdata.truncate_plan(plan, m, np.random.default_rng(0))
+    plan = InstancePlan(np.full(n, 1000), np.full(n, 150), np.full(n, 5000),
+                        np.full(n, 40), np.zeros(n, bool))
+    out = truncate_plan(plan, m, np.random.default_rng(0))
     assert (out.a_len == m - 40).all() and (out.b_len == 40).all()
     front = out.a_start - plan.a_start
     removed = 150 - (m - 40)
@@ -359,13 +366,13 @@ def test_num_to_predict_rounds_like_python_round():
     a_len = np.array([1, 1, 2, 3, 7, 13, 23, 33, 60, 100])
     b_len = np.array(totals) - 3 - a_len
     tokens = np.arange(1000, 1000 + 400, dtype=np.int32)
-    corpus = pdata.Corpus(tokens, np.array([0, 400]), np.array([0, 1]))
-    plan = pdata.InstancePlan(np.zeros(10, np.int64), a_len, np.full(10, 200), b_len,
-                              np.zeros(10, bool))
-    vocab = pdata.VocabInfo.from_tokens(["[PAD]", "[CLS]", "[SEP]", "[MASK]"] +
-                                        [f"w{i}" for i in range(1996)])
-    batch = pdata.build_instances(corpus, plan, vocab, pdata.PretrainingOptions(),
-                                  np.random.default_rng(0))
+    corpus = Corpus(tokens, np.array([0, 400]), np.array([0, 1]))
+    plan = InstancePlan(np.zeros(10, np.int64), a_len, np.full(10, 200), b_len,
+                        np.zeros(10, bool))
+    vocab = VocabInfo.from_tokens(["[PAD]", "[CLS]", "[SEP]", "[MASK]"] +
+                                  [f"w{i}" for i in range(1996)])
+    batch = build_instances(corpus, plan, vocab, PretrainingOptions(),
+                            np.random.default_rng(0))
     assert batch.input_mask.sum(axis=1).tolist() == totals
     assert batch.masked_lm_weights.sum(axis=1).tolist() == [
         max(1, min(20, round(t * 0.15))) for t in totals]  # 1,1,1,2,3,4,8,10,19,19
@@ -381,7 +388,7 @@ def test_whole_word_masking(shared_data, tokenizer, tmp_path):
 
     def partial_words(wwm):
         out = str(tmp_path / f"wwm_{wwm}.tfrecord")
-        pdata.create_pretraining_tfrecords(path, out, tokenizer, pdata.PretrainingOptions(
+        create_pretraining_tfrecords(path, out, tokenizer, PretrainingOptions(
             dupe_factor=3, do_whole_word_mask=wwm), log_instances=0)
         rec = parse_with_tensorflow(out)
         n_pred = rec["masked_lm_weights"].sum(axis=1)
@@ -420,10 +427,10 @@ def test_same_seed_same_bytes_other_seed_other_bytes(real_corpus_file, tokenizer
     outs = []
     for name, seed in (("a", 5), ("b", 5), ("c", 6)):
         out = str(tmp_path / f"{name}.tfrecord")
-        pdata.create_pretraining_tfrecords(real_corpus_file, out, tokenizer,
-                                           pdata.PretrainingOptions(dupe_factor=1,
-                                                                    random_seed=seed),
-                                           log_instances=0)
+        create_pretraining_tfrecords(real_corpus_file, out, tokenizer,
+                                     PretrainingOptions(dupe_factor=1,
+                                                        random_seed=seed),
+                                     log_instances=0)
         with open(out, "rb") as f:
             outs.append(f.read())
     assert outs[0] == outs[1]
@@ -431,13 +438,13 @@ def test_same_seed_same_bytes_other_seed_other_bytes(real_corpus_file, tokenizer
 
 
 def test_round_robin_outputs(real_corpus_file, tokenizer, tmp_path):
-    options = pdata.PretrainingOptions(dupe_factor=1)
+    options = PretrainingOptions(dupe_factor=1)
     single = str(tmp_path / "one.tfrecord")
-    pdata.create_pretraining_tfrecords(real_corpus_file, single, tokenizer, options,
-                                       log_instances=0)
+    create_pretraining_tfrecords(real_corpus_file, single, tokenizer, options,
+                                 log_instances=0)
     outs = [str(tmp_path / f"part{i}.tfrecord") for i in range(3)]
-    stats = pdata.create_pretraining_tfrecords(real_corpus_file, ",".join(outs), tokenizer,
-                                               options, log_instances=0)
+    stats = create_pretraining_tfrecords(real_corpus_file, ",".join(outs), tokenizer,
+                                         options, log_instances=0)
     records = read_records(single)
     for i, out in enumerate(outs):
         assert read_records(out) == records[i::3]
@@ -449,19 +456,19 @@ def test_derive_shard_seed(tokenizer, tmp_path):
         "\n".join(f"Doc {d} line {i} words here." for i in range(6)) for d in range(8)))
     outs = []
     for name, kwargs in (("key", {"shard_key": "shard_3.txt"}),
-                         ("seed", {"options": pdata.PretrainingOptions(
-                             dupe_factor=2, random_seed=pdata.derive_shard_seed(9, "shard_3.txt"))}),
+                         ("seed", {"options": PretrainingOptions(
+                             dupe_factor=2, random_seed=derive_shard_seed(9, "shard_3.txt"))}),
                          ("plain", {})):
         out = str(tmp_path / f"{name}.tfrecord")
-        kwargs.setdefault("options", pdata.PretrainingOptions(dupe_factor=2, random_seed=9))
-        pdata.create_pretraining_tfrecords(src, out, tokenizer, log_instances=0, **kwargs)
+        kwargs.setdefault("options", PretrainingOptions(dupe_factor=2, random_seed=9))
+        create_pretraining_tfrecords(src, out, tokenizer, log_instances=0, **kwargs)
         outs.append(read_records(out))
     assert outs[0] == outs[1] != outs[2]
-    a = pdata.derive_shard_seed(12345, "wiki_shard_0001.txt")
-    assert a == pdata.derive_shard_seed(12345, "wiki_shard_0001.txt")
-    assert a != pdata.derive_shard_seed(12345, "wiki_shard_0002.txt")
-    assert a != pdata.derive_shard_seed(12346, "wiki_shard_0001.txt")
-    assert pdata.derive_shard_seed(1, 3) != pdata.derive_shard_seed(1, 4)
+    a = derive_shard_seed(12345, "wiki_shard_0001.txt")
+    assert a == derive_shard_seed(12345, "wiki_shard_0001.txt")
+    assert a != derive_shard_seed(12345, "wiki_shard_0002.txt")
+    assert a != derive_shard_seed(12346, "wiki_shard_0001.txt")
+    assert derive_shard_seed(1, 3) != derive_shard_seed(1, 4)
     assert 0 <= a < 2 ** 63
 
 
@@ -517,7 +524,7 @@ def test_single_sentence_documents_and_long_lines(tokenizer, tmp_path):
     text = "\n\n".join(docs) + "\n\n" + long_line + "\n" + long_line + "\n"
     src = _write(tmp_path / "in.txt", text)
     out = str(tmp_path / "out.tfrecord")
-    stats = pdata.create_pretraining_tfrecords(src, out, tokenizer, pdata.PretrainingOptions(
+    stats = create_pretraining_tfrecords(src, out, tokenizer, PretrainingOptions(
         dupe_factor=2, max_seq_length=64, max_predictions_per_seq=10), log_instances=0)
     rec = parse_with_tensorflow(out, 64, 10)
     assert stats.documents == 31 and stats.instances == len(rec["input_ids"]) > 60
@@ -530,7 +537,7 @@ def test_single_document_corpus(tokenizer, tmp_path):
     src = _write(tmp_path / "in.txt", "\n".join(
         f"Sentence number {i} of the only document." for i in range(40)) + "\n")
     out = str(tmp_path / "out.tfrecord")
-    stats = pdata.create_pretraining_tfrecords(src, out, tokenizer, pdata.PretrainingOptions(
+    stats = create_pretraining_tfrecords(src, out, tokenizer, PretrainingOptions(
         dupe_factor=2), log_instances=0)
     assert stats.documents == 1 and stats.instances > 0
     assert len(read_records(out)) == stats.instances
@@ -567,8 +574,8 @@ def test_bad_input(case, minilm_vocab, tmp_path):
     elif case == "output_is_folder":
         os.makedirs(out)
         culprit = out
-    with pytest.raises(pdata.DataPrepError) as excinfo:
-        pdata.create_pretraining_tfrecords(src, out, vocab, pdata.PretrainingOptions(
+    with pytest.raises(DataPrepError) as excinfo:
+        create_pretraining_tfrecords(src, out, vocab, PretrainingOptions(
             dupe_factor=1), log_instances=0)
     _assert_clean_failure(excinfo, culprit, tmp_path)
     if case == "non_utf8":
@@ -631,10 +638,10 @@ def test_documents_lost_to_truncation_are_warned_with_the_share(tokenizer, tmp_p
     tokens: one warning line says how much; a normal corpus gets no such warning."""
     words = ("the cat sat on a mat while it rained " * 2000).strip()
     src = _write(tmp_path / "one_line.txt", words + "\n\nA short document.\nWith two lines.\n")
-    options = pdata.PretrainingOptions(dupe_factor=1)
+    options = PretrainingOptions(dupe_factor=1)
     with caplog.at_level("WARNING"):
-        pdata.create_pretraining_tfrecords(src, str(tmp_path / "long.tfrecord"), tokenizer,
-                                           options, log_instances=0)
+        create_pretraining_tfrecords(src, str(tmp_path / "long.tfrecord"), tokenizer,
+                                     options, log_instances=0)
     warnings = [r.getMessage() for r in caplog.records if "truncation" in r.getMessage()]
     assert len(warnings) == 1 and warnings[0].startswith("1 of 2 documents lose most"), warnings
     share = float(re.search(r"\(([\d.]+)% of theirs", warnings[0]).group(1))
@@ -644,6 +651,6 @@ def test_documents_lost_to_truncation_are_warned_with_the_share(tokenizer, tmp_p
     normal = _write(tmp_path / "normal.txt", "\n\n".join(
         "\n".join(f"Doc {d} line {i} words here." for i in range(6)) for d in range(8)))
     with caplog.at_level("WARNING"):
-        pdata.create_pretraining_tfrecords(normal, str(tmp_path / "n.tfrecord"), tokenizer,
-                                           options, log_instances=0)
+        create_pretraining_tfrecords(normal, str(tmp_path / "n.tfrecord"), tokenizer,
+                                     options, log_instances=0)
     assert not [r for r in caplog.records if "truncation" in r.getMessage()]
