@@ -9,13 +9,14 @@ behaviour here is Google's, including where HuggingFace differs:
 * only categories Cc/Cf count as control characters (HuggingFace also drops
   unassigned and private-use characters) and there is no NFC step.
 
-Two implementations live here:
+Two implementations:
 
-* ``BasicTokenizer`` + ``WordpieceTokenizer``: a small pure-Python reference,
-  character by character, that documents the algorithm;
-* ``FullTokenizer``'s fast path: the same steps on whole strings with C-implemented
-  primitives (``re``, ``str.lower``, ``unicodedata.normalize``, ``str.translate``,
-  ``str.split``) driven by tables built from the reference's own predicates; each
+* ``BasicTokenizer`` + ``WordpieceTokenizer`` (``data_prep.tokenization_reference``): a
+  small pure-Python reference, character by character, that documents the algorithm;
+* ``FullTokenizer``'s fast path (this module): the same steps on whole strings with
+  C-implemented primitives (``re``, ``str.lower``, ``unicodedata.normalize``,
+  ``str.translate``, ``str.split``) driven by tables built from the reference's own
+  predicates (``data_prep.char_classes``); each
   distinct word is then split on punctuation and run through WordPiece once, by the
   Rust ``tokenizers`` library, and remembered. Its output is identical (the tests
   check real text and every character class).
@@ -32,29 +33,21 @@ A SentencePiece model (a ``.model`` file) can be used instead of a WordPiece voc
 see ``FullTokenizer``.
 """
 import collections
-import functools
-import hashlib
 import itertools
-import json
 import os
 import re
 import unicodedata
 
 import numpy as np
 
+from data_prep.char_classes import CharTables, is_punctuation
+from data_prep.tokenization_reference import (CONTINUATION_PREFIX, MAX_INPUT_CHARS_PER_WORD,
+                                              BasicTokenizer, WordpieceTokenizer,
+                                              convert_to_unicode)
+
 # Tokens that BERT pre-training and fine-tuning insert; a vocab without them is unusable.
 SPECIAL_TOKENS = ("[UNK]", "[CLS]", "[SEP]", "[MASK]")
-# Google's WordpieceTokenizer default: a longer word is a single [UNK].
-MAX_INPUT_CHARS_PER_WORD = 200
-CONTINUATION_PREFIX = "##"
 SENTENCEPIECE_WORD_START = "\u2581"
-
-# Google's "Chinese character" ranges (CJK Unified Ideographs and extensions A-E,
-# compatibility ideographs). Other scripts (Hangul, kana, ...) are space separated.
-_CJK_RANGES = (
-    (0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
-    (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F),
-)
 
 
 class VocabError(ValueError):
@@ -67,15 +60,6 @@ class VocabError(ValueError):
 
 # ---------------------------------------------------------------------------
 # Small helpers kept from Google's API, used by the data preparation scripts.
-
-def convert_to_unicode(text):
-    """Returns ``text`` as ``str``; bytes are decoded as UTF-8 minus invalid bytes (as Google)."""
-    if isinstance(text, str):
-        return text
-    if isinstance(text, bytes):
-        return text.decode("utf-8", "ignore")
-    raise ValueError(f"Unsupported string type: {type(text)}")
-
 
 def printable_text(text):
     """Returns ``text`` in a form suitable for ``print``/logging (``str`` on Python 3)."""
@@ -177,217 +161,7 @@ def load_vocab(vocab_file, required_tokens=SPECIAL_TOKENS):
 
 
 # ---------------------------------------------------------------------------
-# Google's character classes (memoized: the reference asks for every character).
-
-@functools.lru_cache(maxsize=1 << 16)
-def _is_whitespace(char):
-    """Space, tab, newline, carriage return and Unicode space separators (Zs)."""
-    return char in " \t\n\r" or unicodedata.category(char) == "Zs"
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _is_control(char):
-    """Cc/Cf characters other than tab/newline/carriage return (those are whitespace)."""
-    return char not in "\t\n\r" and unicodedata.category(char) in ("Cc", "Cf")
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _is_punctuation(char):
-    """Unicode P* plus every ASCII symbol (``$``, ``^``, ``` ` ``` ... are not P* in Unicode)."""
-    cp = ord(char)
-    if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
-        return True
-    return unicodedata.category(char).startswith("P")
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def _is_cjk(char):
-    cp = ord(char)
-    return any(lo <= cp <= hi for lo, hi in _CJK_RANGES)
-
-
-# ---------------------------------------------------------------------------
-# Pure-Python reference.
-
-class BasicTokenizer:
-    """Google's basic tokenization, one character at a time: the readable reference.
-
-    Steps: drop NUL, U+FFFD and control characters and turn whitespace into spaces;
-    put spaces around CJK ideographs (those scripts do not separate words); split on
-    whitespace; if ``do_lower_case``, lower-case each word, decompose it (NFD) and drop
-    the combining marks (Mn) so "Héllo" becomes "hello"; split punctuation off as
-    single-character words.
-    """
-
-    def __init__(self, do_lower_case=True):
-        self.do_lower_case = do_lower_case
-
-    def tokenize(self, text):
-        chars = []
-        for char in convert_to_unicode(text):
-            if char in "\x00\ufffd" or _is_control(char):
-                continue
-            if _is_whitespace(char):
-                chars.append(" ")
-            elif _is_cjk(char):
-                chars.append(f" {char} ")
-            else:
-                chars.append(char)
-        words = []
-        for word in "".join(chars).split():
-            if self.do_lower_case:
-                word = self._strip_accents(word.lower())
-            words.extend(self._split_on_punctuation(word))
-        # Lower-casing/NFD could in principle produce whitespace: split again, as Google.
-        return " ".join(words).split()
-
-    @staticmethod
-    def _strip_accents(word):
-        return "".join(c for c in unicodedata.normalize("NFD", word)
-                       if unicodedata.category(c) != "Mn")
-
-    @staticmethod
-    def _split_on_punctuation(word):
-        pieces, current = [], []
-        for char in word:
-            if _is_punctuation(char):
-                if current:
-                    pieces.append("".join(current))
-                    current = []
-                pieces.append(char)
-            else:
-                current.append(char)
-        if current:
-            pieces.append("".join(current))
-        return pieces
-
-
-class WordpieceTokenizer:
-    """Greedy longest-match-first WordPiece: the readable reference.
-
-    "unaffable" -> ["un", "##aff", "##able"]. A word that cannot be covered by vocab
-    pieces, or is longer than ``max_input_chars_per_word`` characters, becomes one
-    ``unk_token``.
-    """
-
-    def __init__(self, vocab, unk_token="[UNK]",
-                 max_input_chars_per_word=MAX_INPUT_CHARS_PER_WORD):
-        self.vocab = vocab
-        self.unk_token = unk_token
-        self.max_input_chars_per_word = max_input_chars_per_word
-
-    def tokenize(self, text):
-        """Tokenizes whitespace-separated words that went through ``BasicTokenizer``."""
-        return [piece for word in text.split() for piece in self.tokenize_word(word)]
-
-    def tokenize_word(self, word):
-        if len(word) > self.max_input_chars_per_word:
-            return [self.unk_token]
-        pieces, start = [], 0
-        while start < len(word):
-            for end in range(len(word), start, -1):
-                piece = word[start:end] if start == 0 else CONTINUATION_PREFIX + word[start:end]
-                if piece in self.vocab:
-                    break
-            else:
-                return [self.unk_token]
-            pieces.append(piece)
-            start = end
-        return pieces
-
-
-# ---------------------------------------------------------------------------
 # Fast path: the reference's steps on whole strings.
-
-def _to_ranges(code_points):
-    """Sorted code points -> [first, last] runs, to keep regex character classes short."""
-    ranges = []
-    for cp in code_points:
-        if ranges and ranges[-1][1] == cp - 1:
-            ranges[-1][1] = cp
-        else:
-            ranges.append([cp, cp])
-    return ranges
-
-
-def _char_class(ranges):
-    return "[%s]" % "".join(re.escape(chr(lo)) + (f"-{re.escape(chr(hi))}" if hi > lo else "")
-                            for lo, hi in ranges)
-
-
-class _CharTables:
-    """Patterns and translation tables for the fast path, built once.
-
-    They come from scanning every code point with the reference's own predicates, so
-    both paths share one definition of each character class (and Python's Unicode
-    version, like Google's code).
-    """
-    _instance = None
-
-    @classmethod
-    def get(cls):
-        if cls._instance is None:
-            cls._instance = cls()
-        return cls._instance
-
-    def __init__(self):
-        removed, marks, punctuation = self._load_or_scan()
-        self.removed = re.compile(_char_class(_to_ranges(removed)))
-        # re.split with a capturing group keeps the separators; " ".join then puts
-        # spaces around each of them without a Python call per match.
-        self.cjk = re.compile("(%s)" % _char_class(_CJK_RANGES))
-        # str.translate tables: delete marks, isolate punctuation
-        self.marks = dict.fromkeys(marks)
-        self.punctuation = {cp: f" {chr(cp)} " for cp in punctuation}
-
-    @staticmethod
-    def _scan():
-        """(removed, marks, punctuation) code points, from the reference's predicates."""
-        removed, marks, punctuation = [], [], []
-        # Only these categories (and ASCII) can match a predicate below; testing the
-        # category first keeps the scan of all 1.1M code points to a fraction of a second.
-        relevant = {"Cc", "Cf", "Mn", "Pc", "Pd", "Ps", "Pe", "Pi", "Pf", "Po"}
-        for cp in range(0x110000):
-            char = chr(cp)
-            category = unicodedata.category(char)
-            if cp > 127 and category not in relevant and cp != 0xFFFD:
-                continue
-            if cp == 0 or cp == 0xFFFD or _is_control(char):
-                removed.append(cp)
-            elif _is_punctuation(char):
-                punctuation.append(cp)
-            if category == "Mn":
-                marks.append(cp)
-        return removed, marks, punctuation
-
-    @classmethod
-    def _load_or_scan(cls):
-        """The scan takes ~0.5 s, paid by every data-preparation worker process; its
-        result depends only on this module and Python's Unicode tables, so it is cached
-        on disk under that key (recomputed whenever either changes)."""
-        with open(__file__, "rb") as source:
-            key = hashlib.sha256(source.read() + unicodedata.unidata_version.encode())
-        cache_dir = os.environ.get("BERT_CACHE_DIR",
-                                   os.path.join(os.path.expanduser("~"), ".cache", "bert-tf"))
-        path = os.path.join(cache_dir, f"char_tables-{key.hexdigest()[:16]}.json")
-        try:
-            with open(path, encoding="utf-8") as reader:
-                cached = json.load(reader)
-            return cached["removed"], cached["marks"], cached["punctuation"]
-        except (OSError, ValueError, KeyError):
-            pass
-        removed, marks, punctuation = cls._scan()
-        try:
-            os.makedirs(cache_dir, exist_ok=True)
-            tmp = f"{path}.tmp-{os.getpid()}"
-            with open(tmp, "w", encoding="utf-8") as writer:
-                json.dump({"removed": removed, "marks": marks, "punctuation": punctuation},
-                          writer)
-            os.replace(tmp, path)
-        except OSError:  # a read-only home: just scan every time
-            pass
-        return removed, marks, punctuation
-
 
 def _split_words(text, do_lower_case, tables):
     """``BasicTokenizer.tokenize`` without its final punctuation split.
@@ -448,7 +222,7 @@ class FullTokenizer:
             self.unk_token = "[UNK]"
             self.basic_tokenizer = BasicTokenizer(do_lower_case)
             self.wordpiece_tokenizer = WordpieceTokenizer(self.vocab, self.unk_token)
-            self._tables = _CharTables.get()
+            self._tables = CharTables.get()
             self._rust = _rust_wordpiece(self.vocab, self.unk_token)
             self._word_cache = {}
         self.inv_vocab = {i: t for t, i in self.vocab.items()}
@@ -575,7 +349,7 @@ class FullTokenizer:
         if not self.is_sentencepiece:
             return word_starts(tokens)
         return [t.startswith(SENTENCEPIECE_WORD_START) or t.startswith(("[", "<"))
-                or (len(t) == 1 and _is_punctuation(t)) for t in tokens]
+                or (len(t) == 1 and is_punctuation(t)) for t in tokens]
 
 
 def _rust_wordpiece(vocab, unk_token):

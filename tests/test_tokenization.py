@@ -1,4 +1,5 @@
-"""Tests of data_prep.tokenization: Google's BERT tokenization, exactly and fast.
+"""Tests of data_prep.tokenization, tokenization_reference and char_classes: Google's BERT
+tokenization, exactly and fast.
 
 The real text (two books, raw Wikipedia XML with accents, CJK, markup) is tokenized
 once per module by the fast path, the pure-Python reference and HuggingFace, and the
@@ -15,8 +16,9 @@ import pytest
 
 from data_prep import tokenization
 from data_prep.tokenization import (
-    BasicTokenizer, FullTokenizer, VocabError, WordpieceTokenizer, convert_to_unicode,
-    load_vocab, printable_text, validate_case_matches_checkpoint, word_starts)
+    FullTokenizer, VocabError, load_vocab, printable_text, validate_case_matches_checkpoint,
+    word_starts)
+from data_prep.tokenization_reference import BasicTokenizer, WordpieceTokenizer, convert_to_unicode
 
 # Literal special-token text: HuggingFace keeps it atomic, Google tokenizes it as text.
 SPECIAL_TEXT = re.compile(r"\[(?:CLS|SEP|PAD|MASK|UNK)\]")
