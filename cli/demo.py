@@ -90,7 +90,8 @@ EVAL_BATCH_SIZE, MAX_EVAL_STEPS = 32, 50
 
 
 def run_demo(output_dir, corpus=None, phase1_steps=600, phase2_steps=40, n_processes=2):
-    from data_prep.prep_actions import Layout, PrepOptions, run as prep
+    from data_prep.prep_actions import run as prep
+    from data_prep.prep_layout import Layout, PrepOptions
     from data_prep.tokenization import FullTokenizer
     from finetuning.driver import run as finetune
     from finetuning.inference import load_saved_model, predict

@@ -133,11 +133,11 @@ def formatted_corpus(shared_data):
     """A working dir with ``wikicorpus_en`` and ``bookscorpus`` formatted (built once per
     session); returns (working dir, {dataset: FormattingStats})."""
     if "formatted" not in _CACHE:
-        from data_prep import prep_actions
         from data_prep import text_formatting as tf
+        from data_prep.prep_layout import Layout
         root = tempfile.mkdtemp(prefix="bertprep-formatted-")
         atexit.register(shutil.rmtree, root, True)
-        layout = prep_actions.Layout(root)
+        layout = Layout(root)
         stats = {
             "wikicorpus_en": tf.format_wikipedia([os.path.join(shared_data, WIKI_DUMP)],
                                                  layout.formatted_file("wikicorpus_en"),

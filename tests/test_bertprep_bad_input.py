@@ -6,6 +6,7 @@ import pytest
 
 from bertprep_support import BOOKS, assert_clean_error, run_bertprep
 from data_prep import prep_actions
+from data_prep.prep_layout import PrepOptions
 
 FORMATTED = "formatted_one_article_per_line"
 
@@ -47,9 +48,9 @@ def test_non_utf8_byte_in_a_wikipedia_dump(tmp_path, capsys):
             b'    <ns>0</ns>\n    <id>1</id>\n    <revision>\n      <id>2</id>\n'
             b'      <text xml:space="preserve">Some text ')
     dump.write_bytes(head + b"\xff more text.</text>\n    </revision>\n  </page>\n</mediawiki>\n")
-    options = prep_actions.PrepOptions(action="text_formatting", dataset="wikicorpus_en",
-                                       working_dir=str(tmp_path / "wd"), input=[str(dump)],
-                                       n_processes=1, progress=False)
+    options = PrepOptions(action="text_formatting", dataset="wikicorpus_en",
+                          working_dir=str(tmp_path / "wd"), input=[str(dump)],
+                          n_processes=1, progress=False)
     assert prep_actions.run_cli(options) == 1
     err = capsys.readouterr().err
     assert err == f"error: {dump}: invalid UTF-8 at byte offset {len(head)} of the XML " \
@@ -84,9 +85,9 @@ def test_output_folder_that_cannot_be_created(tmp_path, capsys):
     (wd / FORMATTED / "custom.txt").write_text("One document. Two sentences.\n" * 3)
     # A file squats the name of the sharding output folder.
     (wd / "sharded_training_shards_1_test_shards_0_fraction_0").write_text("in the way")
-    options = prep_actions.PrepOptions(action="sharding", dataset="custom", working_dir=str(wd),
-                                       n_training_shards=1, n_test_shards=0,
-                                       fraction_test_set=0.0, n_processes=1, progress=False)
+    options = PrepOptions(action="sharding", dataset="custom", working_dir=str(wd),
+                          n_training_shards=1, n_test_shards=0,
+                          fraction_test_set=0.0, n_processes=1, progress=False)
     assert prep_actions.run_cli(options) == 1
     err = capsys.readouterr().err
     assert err.startswith(f"error: {wd / 'sharded_training_shards_1_test_shards_0_fraction_0'}")
@@ -95,9 +96,9 @@ def test_output_folder_that_cannot_be_created(tmp_path, capsys):
 
 def test_missing_previous_step_and_missing_vocab(tmp_path, capsys):
     def run(action):
-        options = prep_actions.PrepOptions(action=action, dataset="custom",
-                                           working_dir=str(tmp_path), n_training_shards=1,
-                                           n_test_shards=0, progress=False)
+        options = PrepOptions(action=action, dataset="custom",
+                              working_dir=str(tmp_path), n_training_shards=1,
+                              n_test_shards=0, progress=False)
         assert prep_actions.run_cli(options) == 1
         return capsys.readouterr().err
     assert "custom.txt: not found (run --action text_formatting first)" in run("sharding")

@@ -152,6 +152,7 @@ def test_records_parse_with_google_spec_and_are_well_formed(prepared, seq, pred)
 def test_create_vocab_is_used_when_no_vocab_file_is_given(shared_data, tmp_path):
     from bertprep_support import copy_working_dir, formatted_corpus
     from data_prep import prep_actions, tfrecord_writer
+    from data_prep.prep_layout import PrepOptions
     from data_prep.pretraining_data import create_pretraining_tfrecords
     from data_prep.pretraining_options import PretrainingOptions, derive_shard_seed
     root, _ = formatted_corpus(shared_data)
@@ -160,7 +161,7 @@ def test_create_vocab_is_used_when_no_vocab_file_is_given(shared_data, tmp_path)
                   fraction_test_set=0.0, vocab_size=3000, max_seq_length=64,
                   max_predictions_per_seq=10, dupe_factor=1, n_processes=1, progress=False)
     for action in ("create_vocab", "sharding", "create_tfrecord_files"):
-        assert prep_actions.run(prep_actions.PrepOptions(action=action, **common)) == 0
+        assert prep_actions.run(PrepOptions(action=action, **common)) == 0
     vocab_file = os.path.join(wd, "vocab", "bookscorpus_lower_case_1_vocab.txt")
     vocab = open(vocab_file, encoding="utf-8").read().splitlines()
     assert vocab[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]

@@ -10,6 +10,7 @@ import pytest
 
 from bertprep_support import REPO, copy_working_dir, formatted_corpus, run_bertprep
 from data_prep import prep_actions
+from data_prep.prep_layout import PrepOptions
 from kill_support import file_digests, kill_when, seeded_moments
 
 N_TRAIN, N_TEST = 6, 1
@@ -24,7 +25,7 @@ RECORDS = ("tfrecord_lower_case_1_seq_len_128_max_pred_20_masked_lm_prob_0.15"
 def sharded_working_dir(shared_data, dest):
     root, _ = formatted_corpus(shared_data)
     wd = copy_working_dir(root, dest)
-    options = prep_actions.PrepOptions(
+    options = PrepOptions(
         action="sharding", dataset="books_wiki_en_corpus", working_dir=wd,
         n_training_shards=N_TRAIN, n_test_shards=N_TEST, fraction_test_set=0.05,
         n_processes=1, progress=False)

@@ -327,11 +327,12 @@ def test_run_pretraining_trains_and_evaluates_dynamic_records_repeatably(tmp_pat
 
 def test_bertprep_writes_dynamic_records_into_their_own_folder(corpus, minilm_vocab):
     from data_prep import prep_actions
+    from data_prep.prep_layout import PrepOptions
     work = corpus["folder"] / "bertprep"
     shards = work / "sharded_training_shards_1_test_shards_0_fraction_0.1" / "custom"
     shards.mkdir(parents=True)
     (shards / "custom_training_0.txt").write_bytes((corpus["folder"] / "alice.txt").read_bytes())
-    options = prep_actions.PrepOptions(
+    options = PrepOptions(
         action="create_tfrecord_files", dataset="custom", working_dir=str(work),
         n_training_shards=1, n_test_shards=0, vocab_file=minilm_vocab, max_seq_length=SEQ,
         dupe_factor=1, masking="dynamic", n_processes=1)

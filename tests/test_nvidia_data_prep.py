@@ -10,7 +10,8 @@ import zipfile
 import pytest
 
 from bertprep_support import FixtureServer, assert_clean_error, run_bertprep
-from data_prep import download, prep_actions
+from data_prep import download
+from data_prep.prep_layout import PrepOptions
 
 NGC = "/api.ngc.nvidia.com/v2/models/nvidia"
 
@@ -69,7 +70,7 @@ def test_nvidia_dataset_spellings_download_from_a_mirror(mirror, tmp_path):
 def test_nvidia_flags_and_defaults(tmp_path):
     """--input_files (NVIDIA's name of --input, also for sharding), NVIDIA's defaults, and
     the datasets NVIDIA's bertPrep.py names that are not here, refused in one line."""
-    options = prep_actions.PrepOptions()
+    options = PrepOptions()
     assert (options.n_training_shards, options.n_test_shards, options.fraction_test_set,
             options.max_seq_length, options.max_predictions_per_seq, options.dupe_factor,
             options.masked_lm_prob, options.random_seed, options.do_lower_case) == \
