@@ -1,10 +1,12 @@
-"""The error the data preparation raises for bad input or a bad environment.
+"""The errors the data preparation raises for bad input or a bad environment.
 
 Every data-preparation module (pre-training records, text formatting, sharding, downloads,
 ``bertPrep.py``'s actions) reports a missing or unreadable file, invalid input or an
 unwritable output as one ``DataPrepError``, whose message is one line ``<file>: <problem>``:
 the commands print it as ``error: <file>: <problem>`` instead of a traceback. It lives apart
-from all of them so that each can raise it without importing another's code.
+from all of them so that each can raise it without importing another's code; so does
+``DownloadError``, which both the fetching (``data_prep.fetcher``) and the unpacking
+(``data_prep.archives``) raise.
 """
 
 
@@ -19,3 +21,7 @@ class DataPrepError(Exception):
     def __reduce__(self):
         # Rebuilt from both arguments when sent back from a worker process.
         return type(self), (self.path, self.problem)
+
+
+class DownloadError(DataPrepError):
+    """A download or extraction that cannot succeed; ``str()`` is ``<file or url>: <problem>``."""

@@ -75,6 +75,8 @@ def _say(message: str) -> None:
 
 def action_download(o: PrepOptions, layout: Layout) -> int:
     from data_prep import download, text_formatting
+    from data_prep.archives import is_archive
+    from data_prep.fetcher import basename_of
     if o.dataset == "custom":
         raise DataPrepError("--dataset", "custom text is not downloaded: pass it with --input "
                                          "to --action text_formatting")
@@ -90,11 +92,11 @@ def action_download(o: PrepOptions, layout: Layout) -> int:
         if len(resources) > 1:
             raise DataPrepError("--url", f"{o.dataset} has {len(resources)} files; --url "
                                          f"replaces the URL of single-file datasets only")
-        name = download.basename_of(o.url)
+        name = basename_of(o.url)
         folder = os.path.relpath(layout.download_dir(o.dataset),
                                  os.path.join(layout.root, "download"))
         resources = [download.Resource(o.url, os.path.join(folder, name), o.sha256,
-                                       extract=download.is_archive(name))]
+                                       extract=is_archive(name))]
     elif not resources:
         raise DataPrepError("--url", f"{o.dataset} has no official download (BookCorpus is no "
                                      f"longer distributed by its authors): pass --url with an "

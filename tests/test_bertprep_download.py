@@ -9,7 +9,8 @@ import zipfile
 import pytest
 
 from bertprep_support import FixtureServer, assert_clean_error, run_bertprep
-from data_prep import download
+from data_prep import download, fetcher
+from data_prep.errors import DownloadError
 
 PAYLOAD = os.urandom(700_000)
 PAYLOAD_SHA = hashlib.sha256(PAYLOAD).hexdigest()
@@ -22,7 +23,7 @@ def quiet(_message):
 def fetch(url, dest, **kwargs):
     kwargs.setdefault("backoff", 0.001)
     kwargs.setdefault("timeout", 10)
-    return download.fetch(url, dest, progress=False, log=quiet, **kwargs)
+    return fetcher.fetch(url, dest, progress=False, log=quiet, **kwargs)
 
 
 @pytest.fixture
@@ -57,7 +58,7 @@ def test_cut_transfer_is_resumed_with_range(server, tmp_path):
 def test_interrupted_download_resumes_in_a_later_run(server, tmp_path):
     server.faults["/data.bin"] = [("cut", 123_456), ("status", 503), ("status", 503)]
     dest = str(tmp_path / "data.bin")
-    with pytest.raises(download.DownloadError) as err:
+    with pytest.raises(DownloadError) as err:
         fetch(server.url("/data.bin"), dest, sha256=PAYLOAD_SHA, retries=1)
     assert "HTTP 503" in str(err.value) and "resume" in str(err.value)
     assert not os.path.exists(dest)
@@ -69,7 +70,7 @@ def test_interrupted_download_resumes_in_a_later_run(server, tmp_path):
 
 def test_checksum_mismatch_leaves_no_file(server, tmp_path):
     dest = str(tmp_path / "data.bin")
-    with pytest.raises(download.DownloadError) as err:
+    with pytest.raises(DownloadError) as err:
         fetch(server.url("/data.bin"), dest, sha256="0" * 64)
     assert "sha256 mismatch" in str(err.value) and PAYLOAD_SHA in str(err.value)
     assert os.listdir(tmp_path) == []
@@ -84,7 +85,7 @@ def test_503_then_200_is_retried(server, tmp_path):
 
 
 def test_404_fails_at_once(server, tmp_path):
-    with pytest.raises(download.DownloadError) as err:
+    with pytest.raises(DownloadError) as err:
         fetch(server.url("/missing.bin"), str(tmp_path / "x"), retries=5)
     assert "HTTP 404" in str(err.value)
     assert len(server.log) == 1 and os.listdir(tmp_path) == []
@@ -127,7 +128,7 @@ def _tar_bytes(members):
 def test_unsafe_archives_are_refused(server, tmp_path, archive, data, entry):
     server.files["/" + archive] = data
     target = tmp_path / "download" / "x"
-    with pytest.raises(download.DownloadError) as err:
+    with pytest.raises(DownloadError) as err:
         download.download_resources(
             [download.Resource(server.url("/" + archive), f"x/{archive}", extract=True)],
             str(tmp_path / "download"), backoff=0.001, progress=False, log=quiet)
@@ -216,8 +217,8 @@ def test_two_downloads_of_one_file_at_once_make_one_whole_file(server, tmp_path)
 
     def download_once():
         try:
-            download.fetch(server.url("/data.bin"), dest, sha256=None, progress=False,
-                           log=messages.append, timeout=10)
+            fetcher.fetch(server.url("/data.bin"), dest, sha256=None, progress=False,
+                          log=messages.append, timeout=10)
         except Exception as err:  # noqa: BLE001 - reported below
             errors.append(err)
 
