@@ -280,12 +280,12 @@ def print_stages(corpus, vocab, work, args):
     """Where the time goes, from one in-process run (wall seconds per stage)."""
     sys.path.insert(0, REPO)
     from data_prep.pretraining_data import create_pretraining_tfrecords
-    from data_prep.pretraining_options import PretrainingOptions
+    from data_prep.pretraining_data_options import PretrainingDataOptions
     from runtime.threads import available_cpus
     t0 = time.perf_counter()
     stats = create_pretraining_tfrecords(
         corpus, os.path.join(work, "stages.tfrecord"), vocab,
-        PretrainingOptions(
+        PretrainingDataOptions(
             max_seq_length=args.max_seq_length,
             max_predictions_per_seq=args.max_predictions_per_seq,
             dupe_factor=args.dupe_factor), log_instances=0, processes=available_cpus())

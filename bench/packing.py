@@ -32,12 +32,12 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from data_prep.packing import pack_instances, padding_fraction  # noqa: E402
 from data_prep.corpus import read_corpus  # noqa: E402
 from data_prep.instance_plan import plan_instances, truncate_plan  # noqa: E402
 from data_prep.masked_instances import build_instances  # noqa: E402
+from data_prep.packing import pack_instances, padding_fraction  # noqa: E402
 from data_prep.pretraining_data import BATCH_SIZE, _random_streams  # noqa: E402
-from data_prep.pretraining_options import PretrainingOptions  # noqa: E402
+from data_prep.pretraining_data_options import PretrainingDataOptions  # noqa: E402
 from data_prep.vocab_info import VocabInfo, load_tokenizer  # noqa: E402
 
 SHARED = os.path.join(os.path.dirname(ROOT), "shared", "data")
@@ -86,7 +86,7 @@ def write_records(files, seq_length, per_row, folder):
 
 
 def measure(files, tokenizer, seq_length, per_row, seed=12345):
-    options = PretrainingOptions(max_seq_length=seq_length,
+    options = PretrainingDataOptions(max_seq_length=seq_length,
                                  max_predictions_per_seq=predictions(seq_length),
                                  dupe_factor=1, random_seed=seed)
     vocab = VocabInfo.from_tokenizer(tokenizer)

@@ -64,8 +64,8 @@ def define_flags(flag_values):
 def main(flags):
     from data_prep.errors import DataPrepError
     from data_prep.pretraining_data import create_pretraining_tfrecords
-    from data_prep.pretraining_options import PretrainingOptions
-    options = PretrainingOptions(
+    from data_prep.pretraining_data_options import PretrainingDataOptions
+    options = PretrainingDataOptions(
         max_seq_length=flags.max_seq_length,
         max_predictions_per_seq=flags.max_predictions_per_seq,
         random_seed=flags.random_seed,

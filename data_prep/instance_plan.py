@@ -15,7 +15,7 @@ import numpy as np
 from absl import logging
 
 from data_prep.corpus import Corpus
-from data_prep.pretraining_options import PretrainingOptions
+from data_prep.pretraining_data_options import PretrainingDataOptions
 
 
 @dataclasses.dataclass
@@ -40,7 +40,7 @@ def _uniform_stream(rng: np.random.Generator, block: int = 1 << 16):
         yield from rng.random(block).tolist()
 
 
-def plan_instances(corpus: Corpus, options: PretrainingOptions,
+def plan_instances(corpus: Corpus, options: PretrainingDataOptions,
                    rng_order: np.random.Generator,
                    rng_stream: np.random.Generator) -> InstancePlan:
     """Google's chunking / next-sentence logic over all documents and dupes (untruncated)."""

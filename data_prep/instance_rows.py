@@ -13,7 +13,7 @@ import numpy as np
 
 from data_prep.corpus import Corpus
 from data_prep.instance_plan import InstancePlan
-from data_prep.pretraining_options import PretrainingOptions
+from data_prep.pretraining_data_options import PretrainingDataOptions
 from data_prep.vocab_info import VocabInfo
 
 
@@ -28,7 +28,7 @@ class InstanceRows:
 
 
 def instance_rows(corpus: Corpus, plan: InstancePlan, vocab: VocabInfo,
-                  options: PretrainingOptions) -> InstanceRows:
+                  options: PretrainingDataOptions) -> InstanceRows:
     """Token rows and segment ids of (truncated) planned pairs."""
     length = options.max_seq_length
     la = plan.a_len[:, None]

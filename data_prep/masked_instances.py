@@ -17,7 +17,7 @@ from data_prep import tfrecord_writer
 from data_prep.corpus import Corpus
 from data_prep.instance_plan import InstancePlan
 from data_prep.instance_rows import instance_rows, word_starts
-from data_prep.pretraining_options import PretrainingOptions
+from data_prep.pretraining_data_options import PretrainingDataOptions
 from data_prep.vocab_info import VocabInfo
 
 FEATURE_KINDS = {
@@ -102,7 +102,7 @@ def _choose_whole_words(cand: np.ndarray, word_start: np.ndarray, num_to_predict
 
 
 def build_instances(corpus: Corpus, plan: InstancePlan, vocab: VocabInfo,
-                    options: PretrainingOptions, rng: np.random.Generator) -> InstanceBatch:
+                    options: PretrainingDataOptions, rng: np.random.Generator) -> InstanceBatch:
     """Token rows, segment ids, masks and masked-LM choices for (truncated) planned pairs."""
     n = len(plan)
     n_pred = options.max_predictions_per_seq

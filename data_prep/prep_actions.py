@@ -295,11 +295,11 @@ def tfrecord_job(shard: str, output: str, vocab_file: str, options_fields: dict
     """One shard to one TFRecord file; returns (ok, output, message). Never raises, so one
     shard's failure cannot take down the pool nor be lost in unpickling."""
     from data_prep.pretraining_data import create_pretraining_tfrecords
-    from data_prep.pretraining_options import PretrainingOptions
+    from data_prep.pretraining_data_options import PretrainingDataOptions
     from data_prep.vocab_info import load_tokenizer
     t0 = time.perf_counter()
     try:
-        options = PretrainingOptions(**options_fields)
+        options = PretrainingDataOptions(**options_fields)
         key = (vocab_file, options.do_lower_case)
         if key not in _TOKENIZERS:  # loaded once per worker process
             _TOKENIZERS[key] = load_tokenizer(vocab_file, options.do_lower_case)
@@ -314,7 +314,7 @@ def tfrecord_job(shard: str, output: str, vocab_file: str, options_fields: dict
 
 
 def action_create_tfrecord_files(o: PrepOptions, layout: Layout) -> int:
-    from data_prep.pretraining_options import PretrainingOptions, derive_shard_seed
+    from data_prep.pretraining_data_options import PretrainingDataOptions, derive_shard_seed
     from data_prep.vocab_info import load_tokenizer
     _require_corpus(o)
     shard_dir = layout.sharded_dir(o.dataset, o)
@@ -324,7 +324,7 @@ def action_create_tfrecord_files(o: PrepOptions, layout: Layout) -> int:
                                        "--n_training_shards/--n_test_shards/--fraction_test_set)")
     vocab_file = resolve_vocab(o, layout)
     load_tokenizer(vocab_file, o.do_lower_case)  # a bad vocab fails once, up front
-    base = PretrainingOptions(
+    base = PretrainingDataOptions(
         max_seq_length=o.max_seq_length, max_predictions_per_seq=o.max_predictions_per_seq,
         random_seed=o.random_seed, dupe_factor=o.dupe_factor, masked_lm_prob=o.masked_lm_prob,
         short_seq_prob=o.short_seq_prob, do_whole_word_mask=o.do_whole_word_mask,

@@ -13,7 +13,7 @@ step has a module of its own below it: ``data_prep.corpus`` reads and tokenizes 
 ``data_prep.instance_plan`` plans and truncates the pairs, ``data_prep.instance_rows`` lays
 them out as token rows, which ``data_prep.masked_instances`` masks (static) and
 ``data_prep.unmasked_instances`` writes as they are (dynamic); the types all of them share
-are in ``data_prep.pretraining_options``, ``data_prep.vocab_info`` and ``data_prep.errors``.
+are in ``data_prep.pretraining_data_options``, ``data_prep.vocab_info`` and ``data_prep.errors``.
 
 Algorithm (per call, i.e. per shard):
 
@@ -91,7 +91,7 @@ from data_prep.errors import DataPrepError
 from data_prep.instance_plan import plan_instances, truncate_plan, warn_truncation
 from data_prep.masked_instances import InstanceBatch, build_instances
 from data_prep.pause_point import pause_point
-from data_prep.pretraining_options import PretrainingOptions, PretrainingStats, derive_shard_seed
+from data_prep.pretraining_data_options import PretrainingDataOptions, PretrainingStats, derive_shard_seed
 from data_prep.temporaries import remove_stale_temporaries
 from data_prep.unmasked_instances import build_unmasked_instances
 from data_prep.vocab_info import VocabInfo, load_tokenizer
@@ -123,7 +123,7 @@ def _folder(path: str) -> str:
     return os.path.dirname(os.path.abspath(path))
 
 
-def _as_tokenizer(tokenizer_or_vocab, options: PretrainingOptions):
+def _as_tokenizer(tokenizer_or_vocab, options: PretrainingDataOptions):
     if isinstance(tokenizer_or_vocab, (str, os.PathLike)):
         return load_tokenizer(os.fspath(tokenizer_or_vocab), options.do_lower_case)
     return tokenizer_or_vocab
@@ -171,7 +171,7 @@ def _write_rows(writers, rows) -> None:
 
 
 def write_instances(corpus: Corpus, output_files: Sequence[str], vocab: VocabInfo,
-                    options: PretrainingOptions, stats: Optional[PretrainingStats] = None,
+                    options: PretrainingDataOptions, stats: Optional[PretrainingStats] = None,
                     log_instances: int = MAX_LOGGED_INSTANCES,
                     processes: int = 1) -> PretrainingStats:
     """Plans, shuffles, builds and writes all instances of ``corpus`` (round-robin outputs).
@@ -264,7 +264,7 @@ def write_instances(corpus: Corpus, output_files: Sequence[str], vocab: VocabInf
 def create_pretraining_tfrecords(input_files: Union[str, Sequence[str]],
                                  output_files: Union[str, Sequence[str]],
                                  tokenizer_or_vocab,
-                                 options: Optional[PretrainingOptions] = None,
+                                 options: Optional[PretrainingDataOptions] = None,
                                  log_instances: int = MAX_LOGGED_INSTANCES,
                                  shard_key: Optional[Union[str, int]] = None,
                                  processes: int = 1) -> PretrainingStats:
@@ -283,7 +283,7 @@ def create_pretraining_tfrecords(input_files: Union[str, Sequence[str]],
     ``DataPrepError`` for bad input or output; returns counts and timings.
     """
     t0 = time.perf_counter()
-    options = options or PretrainingOptions()
+    options = options or PretrainingDataOptions()
     options.validate()
     if shard_key is not None:
         options = options.replace(random_seed=derive_shard_seed(options.random_seed, shard_key))

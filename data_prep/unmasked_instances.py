@@ -33,7 +33,7 @@ from data_prep import tfrecord_writer
 from data_prep.corpus import Corpus
 from data_prep.instance_plan import InstancePlan
 from data_prep.instance_rows import instance_rows, word_starts
-from data_prep.pretraining_options import PretrainingOptions
+from data_prep.pretraining_data_options import PretrainingDataOptions
 from data_prep.vocab_info import VocabInfo
 
 WORD_STARTS = "word_starts"
@@ -74,7 +74,7 @@ def masking_vocab(vocab: VocabInfo) -> np.ndarray:
 
 
 def build_unmasked_instances(corpus: Corpus, plan: InstancePlan, vocab: VocabInfo,
-                             options: PretrainingOptions, rng=None) -> UnmaskedBatch:
+                             options: PretrainingDataOptions, rng=None) -> UnmaskedBatch:
     """The rows of ``build_instances`` before masking. ``rng`` is unused (same signature as
     ``build_instances``, so the writer calls either)."""
     del rng

@@ -154,7 +154,7 @@ def test_create_vocab_is_used_when_no_vocab_file_is_given(shared_data, tmp_path)
     from data_prep import prep_actions, tfrecord_writer
     from data_prep.prep_layout import PrepOptions
     from data_prep.pretraining_data import create_pretraining_tfrecords
-    from data_prep.pretraining_options import PretrainingOptions, derive_shard_seed
+    from data_prep.pretraining_data_options import PretrainingDataOptions, derive_shard_seed
     root, _ = formatted_corpus(shared_data)
     wd = copy_working_dir(root, str(tmp_path / "wd"))
     common = dict(dataset="bookscorpus", working_dir=wd, n_training_shards=2, n_test_shards=0,
@@ -178,7 +178,7 @@ def test_create_vocab_is_used_when_no_vocab_file_is_given(shared_data, tmp_path)
     shard_dir = os.path.join(wd, "sharded_training_shards_2_test_shards_0_fraction_0")
     stats = create_pretraining_tfrecords(
         os.path.join(shard_dir, "bookscorpus", "bookscorpus_training_0.txt"), str(explicit),
-        vocab_file, PretrainingOptions(
+        vocab_file, PretrainingDataOptions(
             max_seq_length=64, max_predictions_per_seq=10, dupe_factor=1,
             random_seed=derive_shard_seed(12345, "bookscorpus_training_0.txt")),
         log_instances=0)

@@ -13,10 +13,10 @@ import pytest
 import tensorflow as tf
 
 from data_prep.pretraining_data import create_pretraining_tfrecords
-from data_prep.pretraining_options import PretrainingOptions
+from data_prep.pretraining_data_options import PretrainingDataOptions
 from data_prep.vocab_info import load_tokenizer
-from pretraining.dynamic_masking import DynamicMasking, stream_key, unmasked_feature_spec
 from modeling import named_config
+from pretraining.dynamic_masking import DynamicMasking, stream_key, unmasked_feature_spec
 from pretraining.input_pipeline import InputError, make_dataset
 from pretraining.record_checks import check_input_files
 from pretraining_records import write_random_records, write_random_unmasked_records
@@ -101,7 +101,7 @@ def corpus(shared_data, minilm_vocab, tmp_path_factory):
     for name, changes in (("static", {}), ("static_wwm", {"do_whole_word_mask": True}),
                           ("dynamic", {"masking": "dynamic"})):
         paths[name] = str(folder / f"{name}.tfrecord")
-        options = PretrainingOptions(dupe_factor=DUPES, random_seed=3, **changes)
+        options = PretrainingDataOptions(dupe_factor=DUPES, random_seed=3, **changes)
         create_pretraining_tfrecords(text, paths[name], tokenizer, options,
                                      log_instances=0)
     return {"paths": paths, "vocab": tokenizer.vocab, "folder": folder,

@@ -112,7 +112,7 @@ def test_helpers_tokenize_their_parts_in_order_and_fail_safely():
 _SERIALISE = r"""
 import hashlib, json, logging, os, sys
 from data_prep import forked, pretraining_data
-from data_prep.pretraining_options import PretrainingOptions
+from data_prep.pretraining_data_options import PretrainingDataOptions
 
 pretraining_data.BATCH_SIZE = 256  # several batches from a small corpus (same for every run)
 parent = os.getpid()
@@ -139,7 +139,7 @@ for name, processes in (("one", 1), ("two", 2), ("failing", 2)):
     path = os.path.join(folder, f"{name}.tfrecord")
     stats = pretraining_data.create_pretraining_tfrecords(
         corpus, path, vocab,
-        PretrainingOptions(dupe_factor=1, max_seq_length=32),
+        PretrainingDataOptions(dupe_factor=1, max_seq_length=32),
         log_instances=0, processes=processes)
     with open(path, "rb") as reader:
         out[name] = {"sha": hashlib.sha256(reader.read()).hexdigest(),

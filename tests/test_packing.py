@@ -145,7 +145,7 @@ def written(shared_data, minilm_vocab, tmp_path_factory):
     """Records of Alice in Wonderland, one seed, unpacked and packed, static and dynamic."""
     import os
     from data_prep.pretraining_data import create_pretraining_tfrecords
-    from data_prep.pretraining_options import PretrainingOptions
+    from data_prep.pretraining_data_options import PretrainingDataOptions
     from data_prep.vocab_info import load_tokenizer
     from test_pretraining_data import _book_docs, write_docs
     folder = tmp_path_factory.mktemp("packing")
@@ -159,7 +159,7 @@ def written(shared_data, minilm_vocab, tmp_path_factory):
             name = f"{masking}_{per_row}"
             (folder / name).mkdir()
             paths[name] = [str(folder / name / f"part-{i}.tfrecord") for i in range(2)]
-            options = PretrainingOptions(
+            options = PretrainingDataOptions(
                 max_seq_length=WRITTEN_SEQ, max_predictions_per_seq=10, dupe_factor=1,
                 random_seed=5, masking=masking, max_sequences_per_row=per_row)
             stats[name] = create_pretraining_tfrecords(text, paths[name], tokenizer,
@@ -230,8 +230,8 @@ def test_run_pretraining_trains_and_evaluates_packed_dynamic_records(written, tm
 def test_training_log_counts_the_instances_and_real_tokens_of_packed_rows(tmp_path):
     """Rows of exactly three 10-token instances: the log's sequences/s must be 3x its rows/s
     and its real tokens/s 30x (the same measured interval)."""
-    from data_prep.packing import packed_kinds
     from data_prep.masked_instances import FEATURE_KINDS
+    from data_prep.packing import packed_kinds
     from data_prep.tfrecord_writer import encode_tfrecords
     from pretraining.runner import run
     from test_pretraining import make_flags

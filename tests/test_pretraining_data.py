@@ -19,7 +19,7 @@ from data_prep.instance_plan import (InstancePlan, _uniform_stream, plan_instanc
                                      truncated_lengths)
 from data_prep.masked_instances import build_instances
 from data_prep.pretraining_data import create_pretraining_tfrecords
-from data_prep.pretraining_options import PretrainingOptions, derive_shard_seed
+from data_prep.pretraining_data_options import PretrainingDataOptions, derive_shard_seed
 from data_prep.vocab_info import VocabInfo
 import google_reference
 
@@ -114,7 +114,7 @@ def real_corpus_file(shared_data, tmp_path_factory):
 @pytest.fixture(scope="module")
 def real_run(real_corpus_file, tokenizer, tmp_path_factory):
     out = str(tmp_path_factory.mktemp("records") / "books_wiki.tfrecord")
-    options = PretrainingOptions(dupe_factor=2, random_seed=7)
+    options = PretrainingDataOptions(dupe_factor=2, random_seed=7)
     stats = create_pretraining_tfrecords(real_corpus_file, out, tokenizer, options)
     corpus, _ = read_corpus([real_corpus_file], tokenizer)
     return {"path": out, "stats": stats, "records": parse_with_tensorflow(out),
@@ -313,7 +313,7 @@ def test_plan_follows_googles_loop():
         docs.append([list(range(1000 * d + 100 * s, 1000 * d + 100 * s + int(gen.integers(1, 40))))
                      for s in range(n_sent)])
     corpus = Corpus.from_documents(docs)
-    options = PretrainingOptions(max_seq_length=64, dupe_factor=3, short_seq_prob=0.2)
+    options = PretrainingDataOptions(max_seq_length=64, dupe_factor=3, short_seq_prob=0.2)
     plan = plan_instances(corpus, options, np.random.default_rng(11),
                           np.random.default_rng(12))
     order = np.random.default_rng(11).permutation(len(docs))
@@ -371,7 +371,7 @@ def test_num_to_predict_rounds_like_python_round():
                         np.zeros(10, bool))
     vocab = VocabInfo.from_tokens(["[PAD]", "[CLS]", "[SEP]", "[MASK]"] +
                                   [f"w{i}" for i in range(1996)])
-    batch = build_instances(corpus, plan, vocab, PretrainingOptions(),
+    batch = build_instances(corpus, plan, vocab, PretrainingDataOptions(),
                             np.random.default_rng(0))
     assert batch.input_mask.sum(axis=1).tolist() == totals
     assert batch.masked_lm_weights.sum(axis=1).tolist() == [
@@ -388,7 +388,7 @@ def test_whole_word_masking(shared_data, tokenizer, tmp_path):
 
     def partial_words(wwm):
         out = str(tmp_path / f"wwm_{wwm}.tfrecord")
-        create_pretraining_tfrecords(path, out, tokenizer, PretrainingOptions(
+        create_pretraining_tfrecords(path, out, tokenizer, PretrainingDataOptions(
             dupe_factor=3, do_whole_word_mask=wwm), log_instances=0)
         rec = parse_with_tensorflow(out)
         n_pred = rec["masked_lm_weights"].sum(axis=1)
@@ -428,7 +428,7 @@ def test_same_seed_same_bytes_other_seed_other_bytes(real_corpus_file, tokenizer
     for name, seed in (("a", 5), ("b", 5), ("c", 6)):
         out = str(tmp_path / f"{name}.tfrecord")
         create_pretraining_tfrecords(real_corpus_file, out, tokenizer,
-                                     PretrainingOptions(dupe_factor=1,
+                                     PretrainingDataOptions(dupe_factor=1,
                                                         random_seed=seed),
                                      log_instances=0)
         with open(out, "rb") as f:
@@ -438,7 +438,7 @@ def test_same_seed_same_bytes_other_seed_other_bytes(real_corpus_file, tokenizer
 
 
 def test_round_robin_outputs(real_corpus_file, tokenizer, tmp_path):
-    options = PretrainingOptions(dupe_factor=1)
+    options = PretrainingDataOptions(dupe_factor=1)
     single = str(tmp_path / "one.tfrecord")
     create_pretraining_tfrecords(real_corpus_file, single, tokenizer, options,
                                  log_instances=0)
@@ -456,11 +456,11 @@ def test_derive_shard_seed(tokenizer, tmp_path):
         "\n".join(f"Doc {d} line {i} words here." for i in range(6)) for d in range(8)))
     outs = []
     for name, kwargs in (("key", {"shard_key": "shard_3.txt"}),
-                         ("seed", {"options": PretrainingOptions(
+                         ("seed", {"options": PretrainingDataOptions(
                              dupe_factor=2, random_seed=derive_shard_seed(9, "shard_3.txt"))}),
                          ("plain", {})):
         out = str(tmp_path / f"{name}.tfrecord")
-        kwargs.setdefault("options", PretrainingOptions(dupe_factor=2, random_seed=9))
+        kwargs.setdefault("options", PretrainingDataOptions(dupe_factor=2, random_seed=9))
         create_pretraining_tfrecords(src, out, tokenizer, log_instances=0, **kwargs)
         outs.append(read_records(out))
     assert outs[0] == outs[1] != outs[2]
@@ -524,7 +524,7 @@ def test_single_sentence_documents_and_long_lines(tokenizer, tmp_path):
     text = "\n\n".join(docs) + "\n\n" + long_line + "\n" + long_line + "\n"
     src = _write(tmp_path / "in.txt", text)
     out = str(tmp_path / "out.tfrecord")
-    stats = create_pretraining_tfrecords(src, out, tokenizer, PretrainingOptions(
+    stats = create_pretraining_tfrecords(src, out, tokenizer, PretrainingDataOptions(
         dupe_factor=2, max_seq_length=64, max_predictions_per_seq=10), log_instances=0)
     rec = parse_with_tensorflow(out, 64, 10)
     assert stats.documents == 31 and stats.instances == len(rec["input_ids"]) > 60
@@ -537,7 +537,7 @@ def test_single_document_corpus(tokenizer, tmp_path):
     src = _write(tmp_path / "in.txt", "\n".join(
         f"Sentence number {i} of the only document." for i in range(40)) + "\n")
     out = str(tmp_path / "out.tfrecord")
-    stats = create_pretraining_tfrecords(src, out, tokenizer, PretrainingOptions(
+    stats = create_pretraining_tfrecords(src, out, tokenizer, PretrainingDataOptions(
         dupe_factor=2), log_instances=0)
     assert stats.documents == 1 and stats.instances > 0
     assert len(read_records(out)) == stats.instances
@@ -575,7 +575,7 @@ def test_bad_input(case, minilm_vocab, tmp_path):
         os.makedirs(out)
         culprit = out
     with pytest.raises(DataPrepError) as excinfo:
-        create_pretraining_tfrecords(src, out, vocab, PretrainingOptions(
+        create_pretraining_tfrecords(src, out, vocab, PretrainingDataOptions(
             dupe_factor=1), log_instances=0)
     _assert_clean_failure(excinfo, culprit, tmp_path)
     if case == "non_utf8":
@@ -638,7 +638,7 @@ def test_documents_lost_to_truncation_are_warned_with_the_share(tokenizer, tmp_p
     tokens: one warning line says how much; a normal corpus gets no such warning."""
     words = ("the cat sat on a mat while it rained " * 2000).strip()
     src = _write(tmp_path / "one_line.txt", words + "\n\nA short document.\nWith two lines.\n")
-    options = PretrainingOptions(dupe_factor=1)
+    options = PretrainingDataOptions(dupe_factor=1)
     with caplog.at_level("WARNING"):
         create_pretraining_tfrecords(src, str(tmp_path / "long.tfrecord"), tokenizer,
                                      options, log_instances=0)

@@ -1,6 +1,6 @@
 """The options of one pre-training data run, its seed per shard, and the counts it returns.
 
-``PretrainingOptions`` are Google's ``create_pretraining_data.py`` flags (same names and
+``PretrainingDataOptions`` are Google's ``create_pretraining_data.py`` flags (same names and
 defaults) plus the masking kind and sequence packing; ``derive_shard_seed`` gives each
 shard of a multi-process driver its own seed; ``PretrainingStats`` is what a run reports.
 Every step of ``data_prep.pretraining_data`` (reading, planning, building, writing) and
@@ -20,7 +20,7 @@ MASKINGS = ("static", "dynamic")
 
 
 @dataclasses.dataclass(frozen=True)
-class PretrainingOptions:
+class PretrainingDataOptions:
     """The options of Google's ``create_pretraining_data.py`` (same names and defaults)."""
     max_seq_length: int = 128
     max_predictions_per_seq: int = 20
@@ -37,7 +37,7 @@ class PretrainingOptions:
     # layout); k >= 2 packs up to k whole instances into each max_seq_length row.
     max_sequences_per_row: int = 0
 
-    def replace(self, **changes) -> "PretrainingOptions":
+    def replace(self, **changes) -> "PretrainingDataOptions":
         return dataclasses.replace(self, **changes)
 
     def validate(self) -> None:
