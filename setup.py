@@ -15,7 +15,8 @@ setup(
                 "with XLA, mixed precision, LAMB and Horovod.",
     python_requires=">=3.10,<3.12",
     packages=["cli", "pretraining", "finetuning", "training", "runtime", "resilience",
-              "modeling", "optimization", "data_prep", "reporting"],
+              "modeling", "optimization", "data_prep", "data_prep.bertprep",
+              "data_prep.instances", "data_prep.wordpiece", "data_prep.processes", "reporting"],
     package_data={"modeling": ["configs/*.json"]},
     install_requires=[
         "tensorflow-estimator==2.15.0",

@@ -58,7 +58,7 @@ REPO = os.path.dirname(BENCH)
 sys.path.insert(0, BENCH)
 sys.path.insert(0, REPO)  # first: bench/data_prep.py must not hide the package
 
-from data_prep.prep_layout import Layout, PrepOptions  # noqa: E402 (no TensorFlow)
+from data_prep.bertprep.prep_layout import Layout, PrepOptions  # noqa: E402 (no TensorFlow)
 from machine import cpu_name  # noqa: E402
 
 STAGES = ("data", "sweep", "runs", "eval", "downstream", "report")

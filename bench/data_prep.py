@@ -160,7 +160,7 @@ def grow_corpus(base, path, size_mb):
     """`base`, then the standard library's docstrings one sentence a line, then repeats of
     both until `size_mb` MB: a larger corpus than ../shared/data holds."""
     sys.path.insert(0, REPO)
-    from data_prep.builtin_corpus import iter_documents
+    from data_prep.bertprep.builtin_corpus import iter_documents
     docs = [[text] for _, text in iter_documents()]
     with open(base, encoding="utf-8") as reader:
         text = reader.read().rstrip("\n") + "\n\n"
@@ -279,8 +279,8 @@ def run_benchmark(args, work):
 def print_stages(corpus, vocab, work, args):
     """Where the time goes, from one in-process run (wall seconds per stage)."""
     sys.path.insert(0, REPO)
-    from data_prep.pretraining_data import create_pretraining_tfrecords
-    from data_prep.pretraining_data_options import PretrainingDataOptions
+    from data_prep.instances.pretraining_data import create_pretraining_tfrecords
+    from data_prep.instances.pretraining_data_options import PretrainingDataOptions
     from runtime.threads import available_cpus
     t0 = time.perf_counter()
     stats = create_pretraining_tfrecords(

@@ -32,13 +32,13 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from data_prep.corpus import read_corpus  # noqa: E402
-from data_prep.instance_plan import plan_instances, truncate_plan  # noqa: E402
-from data_prep.masked_instances import build_instances  # noqa: E402
-from data_prep.packing import pack_instances, padding_fraction  # noqa: E402
-from data_prep.pretraining_data import BATCH_SIZE, _random_streams  # noqa: E402
-from data_prep.pretraining_data_options import PretrainingDataOptions  # noqa: E402
-from data_prep.vocab_info import VocabInfo, load_tokenizer  # noqa: E402
+from data_prep.instances.corpus import read_corpus  # noqa: E402
+from data_prep.instances.instance_plan import plan_instances, truncate_plan  # noqa: E402
+from data_prep.instances.masked_instances import build_instances  # noqa: E402
+from data_prep.instances.packing import pack_instances, padding_fraction  # noqa: E402
+from data_prep.instances.pretraining_data import BATCH_SIZE, _random_streams  # noqa: E402
+from data_prep.instances.pretraining_data_options import PretrainingDataOptions  # noqa: E402
+from data_prep.instances.vocab_info import VocabInfo, load_tokenizer  # noqa: E402
 
 SHARED = os.path.join(os.path.dirname(ROOT), "shared", "data")
 WIKI = os.path.join(SHARED, "wiki",

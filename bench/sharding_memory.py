@@ -4,7 +4,7 @@ Sharding must stream: its memory should be bounded by a document and a shard's b
 by the corpus (a full English Wikipedia is ~20 GB of text).  This builds a formatted corpus
 (one document per line) of ``--size_mb`` MB by repeating the real text of ../shared/data (the
 Wikipedia fragment through ``text_formatting`` plus the two books), then runs
-``data_prep.sharding.shard_corpus`` on it in a fresh Python process and prints a table:
+``data_prep.bertprep.sharding.shard_corpus`` on it in a fresh Python process and prints a table:
 corpus MB, seconds, MB/s, peak RSS of the sharding process and of its largest worker.
 
     python bench/sharding_memory.py [--size_mb 1024] [--n_processes 1] [--keep DIR]
@@ -30,7 +30,7 @@ WIKI = os.path.join(SHARED, "wiki", "enwiki-latest-pages-articles1.xml-p00000001
 CHILD = r"""
 import json, resource, sys, time
 sys.path.insert(0, {repo!r})
-from data_prep import sharding
+from data_prep.bertprep import sharding
 options = sharding.ShardingOptions(**{options!r})
 t0 = time.perf_counter()
 stats = sharding.shard_corpus([{corpus!r}], {out!r}, "bench", options, progress=False,
@@ -46,7 +46,7 @@ print(json.dumps({{"seconds": seconds, "stages": stats.seconds, "documents": sta
 def build_corpus(path, size_mb, work):
     """Repeats the formatted real text (Wikipedia fragment + books) up to ``size_mb`` MB."""
     sys.path.insert(0, REPO)
-    from data_prep import text_formatting
+    from data_prep.bertprep import text_formatting
     seed = os.path.join(work, "seed.txt")
     text_formatting.format_wikipedia([WIKI], seed, progress=False)
     books = os.path.join(work, "books.txt")

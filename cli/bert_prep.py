@@ -7,7 +7,7 @@
         --max_seq_length 128 --max_predictions_per_seq 20 --vocab_file vocab.txt
 
 Each action reads what the previous one wrote under the working dir (layout: the docstring
-of data_prep/prep_layout.py) and shows its progress (shards, documents, MB) with an ETA.
+of data_prep/bertprep/prep_layout.py) and shows its progress (shards, documents, MB) with an ETA.
 Bad input prints one line `error: <file>: <problem>` to stderr and exits with status 1.
 The log file is <working_dir>/bertPrep.log.
 """
@@ -95,8 +95,8 @@ def _inputs(flags):
 
 
 def main(flags):
-    from data_prep import prep_actions
-    from data_prep.prep_layout import PrepOptions
+    from data_prep.bertprep import prep_actions
+    from data_prep.bertprep.prep_layout import PrepOptions
     options = PrepOptions(
         action=flags.action or "", dataset=flags.dataset or "", working_dir=flags.working_dir,
         url=flags.url, sha256=flags.sha256, input=_inputs(flags),
@@ -119,7 +119,7 @@ def main(flags):
 
 
 def _log_folder(flags):
-    from data_prep.prep_layout import WORKING_DIR_ENV
+    from data_prep.bertprep.prep_layout import WORKING_DIR_ENV
     return flags.working_dir or os.environ.get(WORKING_DIR_ENV)
 
 

@@ -5,8 +5,8 @@
     (or: python create_pretraining_data.py ...)
 
 Same flags, input format and output records as Google's `create_pretraining_data.py`;
-the work is done by `data_prep.pretraining_data.create_pretraining_tfrecords`. Like Google's,
-it prints the first instances and the counts it read and wrote.
+the work is done by `data_prep.instances.pretraining_data.create_pretraining_tfrecords`. Like
+Google's, it prints the first instances and the counts it read and wrote.
 
 Input: plain text, one sentence per line, a blank line between documents.
 Bad input or output (missing or empty input, invalid UTF-8, missing vocab, unwritable
@@ -63,8 +63,8 @@ def define_flags(flag_values):
 
 def main(flags):
     from data_prep.errors import DataPrepError
-    from data_prep.pretraining_data import create_pretraining_tfrecords
-    from data_prep.pretraining_data_options import PretrainingDataOptions
+    from data_prep.instances.pretraining_data import create_pretraining_tfrecords
+    from data_prep.instances.pretraining_data_options import PretrainingDataOptions
     options = PretrainingDataOptions(
         max_seq_length=flags.max_seq_length,
         max_predictions_per_seq=flags.max_predictions_per_seq,

@@ -34,7 +34,7 @@ def _done(start, what):
 
 def write_stdlib_corpus(path, max_documents=None):
     """Standard-library docstrings as blank-line-separated documents. Returns the count."""
-    from data_prep.builtin_corpus import iter_documents
+    from data_prep.bertprep.builtin_corpus import iter_documents
     count = 0
     tmp = f"{path}.tmp-{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as writer:
@@ -57,7 +57,7 @@ def write_topic_task(folder, examples_per_class=900, seed=0):
     """SST-2-layout train/dev TSVs: is a docstring sentence about the internet, mail or markup
     (label 1) or something else (0)? Modules, not sentences, are split between train and dev
     (every 5th module goes to dev), so dev measures generalisation to unseen modules."""
-    from data_prep.builtin_corpus import iter_documents
+    from data_prep.bertprep.builtin_corpus import iter_documents
     rng = random.Random(seed)
     by_split = {"train": {0: [], 1: []}, "dev": {0: [], 1: []}}
     for index, (path, text) in enumerate(iter_documents()):
@@ -90,9 +90,9 @@ EVAL_BATCH_SIZE, MAX_EVAL_STEPS = 32, 50
 
 
 def run_demo(output_dir, corpus=None, phase1_steps=600, phase2_steps=40, n_processes=2):
-    from data_prep.prep_actions import run as prep
-    from data_prep.prep_layout import Layout, PrepOptions
-    from data_prep.tokenization import FullTokenizer
+    from data_prep.bertprep.prep_actions import run as prep
+    from data_prep.bertprep.prep_layout import Layout, PrepOptions
+    from data_prep.wordpiece.tokenization import FullTokenizer
     from finetuning.driver import run as finetune
     from finetuning.inference import load_saved_model, predict
     from finetuning.options import ClassifierOptions

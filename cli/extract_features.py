@@ -30,7 +30,7 @@ def define_flags(flag_values):
 
 
 def main(flags):
-    from data_prep.tokenization import FullTokenizer, VocabError
+    from data_prep.wordpiece.tokenization import FullTokenizer, VocabError
     from modeling import BertConfig, ConfigError
     from modeling.checkpoints import CheckpointError
     from modeling.feature_extraction import extract_features

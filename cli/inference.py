@@ -88,7 +88,7 @@ def _note(line):
 
 
 def main(flags):
-    from data_prep.tokenization import FullTokenizer
+    from data_prep.wordpiece.tokenization import FullTokenizer
     from finetuning import inference
     try:
         queries, spell = _queries(flags, flags.saved_model or flags.init_checkpoint

@@ -5,8 +5,8 @@ Every data-preparation module (pre-training records, text formatting, sharding, 
 unwritable output as one ``DataPrepError``, whose message is one line ``<file>: <problem>``:
 the commands print it as ``error: <file>: <problem>`` instead of a traceback. It lives apart
 from all of them so that each can raise it without importing another's code; so does
-``DownloadError``, which both the fetching (``data_prep.fetcher``) and the unpacking
-(``data_prep.archives``) raise.
+``DownloadError``, which both the fetching (``data_prep.bertprep.fetcher``) and the unpacking
+(``data_prep.bertprep.archives``) raise.
 """
 
 

@@ -14,7 +14,8 @@ import sys
 import tensorflow as tf
 from absl import logging
 
-from data_prep.tokenization import FullTokenizer, VocabError, validate_case_matches_checkpoint
+from data_prep.wordpiece.tokenization import (FullTokenizer, VocabError,
+                                              validate_case_matches_checkpoint)
 from finetuning.export import ExportError, TritonModel, export_saved_model, write_triton_repository
 from finetuning.model_fn import make_model_fn
 from finetuning.tasks import TaskDataError

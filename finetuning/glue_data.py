@@ -22,8 +22,8 @@ Features follow Google's ``run_classifier.py``: ``[CLS] a [SEP]`` or ``[CLS] a [
 segment ids 0 for ``[CLS] a [SEP]`` and 1 for ``b [SEP]``, pairs truncated by popping the last
 token of the longer side, everything zero-padded to ``max_seq_length``. ``PaddingInputExample``
 (all-zero features with ``is_real_example=0``) fills eval/predict sets up to a multiple of the
-batch size. TFRecords are written without TensorFlow (``data_prep.tfrecord_writer``) with the
-feature names of Google's ``file_based_convert_examples_to_features``; ``feature_spec`` gives
+batch size. TFRecords are written without TensorFlow (``data_prep.instances.tfrecord_writer``) with
+the feature names of Google's ``file_based_convert_examples_to_features``; ``feature_spec`` gives
 the matching parsing spec.
 """
 import collections
@@ -33,7 +33,7 @@ import os
 
 import numpy as np
 
-from data_prep import tfrecord_writer
+from data_prep.instances import tfrecord_writer
 
 logger = logging.getLogger(__name__)
 

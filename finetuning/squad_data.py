@@ -26,7 +26,7 @@ from typing import Dict, List, Optional
 import numpy as np
 from absl import logging
 
-from data_prep import tfrecord_writer
+from data_prep.instances import tfrecord_writer
 from finetuning.squad_eval import SquadFileError, dataset_articles, load_json_file
 
 FIRST_UNIQUE_ID = 1000000000

@@ -27,7 +27,7 @@ import os
 import numpy as np
 from absl import logging
 
-from data_prep.tokenization_reference import BasicTokenizer
+from data_prep.wordpiece.tokenization_reference import BasicTokenizer
 from resilience.atomic_files import write_text_atomically
 
 RawResult = collections.namedtuple("RawResult", ["unique_id", "start_logits", "end_logits"])

@@ -3,10 +3,10 @@
 RoBERTa (Liu et al. 2019) masks each instance afresh every time it is read, instead of
 training on the `dupe_factor` choices frozen into static records: accuracy equal or better,
 and the data is written once (`create_pretraining_data.py --masking=dynamic`, records
-described in `data_prep.unmasked_instances`).
+described in `data_prep.instances.unmasked_instances`).
 
 `mask_batch` applies Google's rule (create_pretraining_data.py; our static masking in
-`data_prep.masked_instances` follows it exactly) to every row of a micro-batch:
+`data_prep.instances.masked_instances` follows it exactly) to every row of a micro-batch:
 * candidates: the real tokens (input_mask 1) other than [CLS] and [SEP];
 * num_to_predict = min(max_predictions_per_seq, max(1, round(real tokens * masked_lm_prob))),
   rounding half to even (Python's round), and at most the number of candidates;
@@ -41,7 +41,7 @@ import hashlib
 
 import tensorflow as tf
 
-from data_prep.unmasked_instances import MASKING_VOCAB, MASKING_VOCAB_FIELDS, WORD_STARTS
+from data_prep.instances.unmasked_instances import MASKING_VOCAB, MASKING_VOCAB_FIELDS, WORD_STARTS
 
 DEFAULT_MASKED_LM_PROB = 0.15
 MASK_SHARE, KEEP_SHARE = 0.8, 0.1  # the rest: a random id

@@ -6,8 +6,8 @@ this pipeline masks at every read (`pretraining.dynamic_masking`); `pretraining.
 tells the two apart. The reading itself (deterministic order, exact resume, per-rank
 sharding) is `training.records`, shared with fine-tuning.
 
-The records' metadata (`data_prep.record_metadata`: `<folder>.meta/<records>.meta.json`, or
-`<records>.meta.json` beside them as written earlier) is never input;
+The records' metadata (`data_prep.instances.record_metadata`: `<folder>.meta/<records>.meta.json`,
+or `<records>.meta.json` beside them as written earlier) is never input;
 `pretraining.record_checks` reads it.
 
 Under Horovod, pre-training shards by whole files only: with fewer files than ranks it
@@ -18,7 +18,7 @@ import os
 
 import tensorflow as tf
 
-from data_prep.record_metadata import is_metadata_name
+from data_prep.instances.record_metadata import is_metadata_name
 from pretraining.dynamic_masking import EVAL_SEED, stream_key, unmasked_feature_spec
 from pretraining.input_errors import InputError
 from training.records import TrainingInput, record_dataset, record_input_fn
@@ -26,7 +26,7 @@ from training.records import TrainingInput, record_dataset, record_input_fn
 
 
 def packed_feature_spec(max_seq_length, sequences_per_row):
-    """The features packed rows add (`data_prep.packing`); `next_sentence_labels` becomes
+    """The features packed rows add (`data_prep.instances.packing`); `next_sentence_labels` becomes
     one per instance slot."""
     sequence = tf.io.FixedLenFeature([max_seq_length], tf.int64)
     slots = tf.io.FixedLenFeature([sequences_per_row], tf.int64)
@@ -58,7 +58,7 @@ def value_ranges(vocab_size, type_vocab_size, max_seq_length):
             "masked_lm_positions": (0, max_seq_length, "--max_seq_length"),
             "input_mask": (0, 2, "a mask is 0 or 1"),
             "next_sentence_labels": (0, 2, "a label is 0 or 1"),
-            # packed rows (data_prep.packing)
+            # packed rows (data_prep.instances.packing)
             "position_ids": (0, max_seq_length, "--max_seq_length"),
             "next_sentence_positions": (0, max_seq_length, "--max_seq_length")}
 

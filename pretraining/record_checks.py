@@ -4,7 +4,7 @@ written.
 A run pointed at the wrong data (another sequence length, a larger vocabulary than the
 model's, a file that is not records, a folder mixing two vocabularies) must stop at once
 with one line naming the file, not hours later with a traceback. For each input file:
-- its metadata, when data preparation wrote one (`data_prep.record_metadata`): lengths
+- its metadata, when data preparation wrote one (`data_prep.instances.record_metadata`): lengths
   against the flags, vocabulary size against the config, and, across the files, one
   vocabulary and one masking kind;
 - its first record: a readable TFRecord of a known kind (`pretraining.record_kinds`: static
@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import tensorflow as tf
 
-from data_prep.record_metadata import STATIC_MASKING, MetadataError, find_metadata, parse
+from data_prep.instances.record_metadata import STATIC_MASKING, MetadataError, find_metadata, parse
 from pretraining import record_kinds
 from pretraining.input_pipeline import InputError, reading_spec, value_ranges
 from resilience.record_scan import record_problem

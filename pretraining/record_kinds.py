@@ -3,12 +3,12 @@ check that the input files hold one kind, matching the flags.
 
 * static: Google's records (and ours by default), masked when written: `input_ids` with
   [MASK]s, `masked_lm_positions`, `masked_lm_ids`, `masked_lm_weights`.
-* dynamic: `create_pretraining_data.py --masking=dynamic` (`data_prep.unmasked_instances`):
-  unmasked, with `word_starts` and `masking_vocab`; the input pipeline masks them at every
-  read (`pretraining.dynamic_masking`).
+* dynamic: `create_pretraining_data.py --masking=dynamic`
+  (`data_prep.instances.unmasked_instances`): unmasked, with `word_starts` and `masking_vocab`; the
+  input pipeline masks them at every read (`pretraining.dynamic_masking`).
 
 Orthogonal to the kind: packed records (`create_pretraining_data.py --pack`,
-`data_prep.packing`) hold up to k instances a row, with `instance_ids`, `position_ids` and
+`data_prep.instances.packing`) hold up to k instances a row, with `instance_ids`, `position_ids` and
 k next-sentence slots; k (`sequences_per_row`) is read from the records, and every file of
 a run must have the same.
 
@@ -22,7 +22,7 @@ their vocabulary must fit the model's embedding table (config vocab_size).
 import dataclasses
 from typing import Optional, Tuple
 
-from data_prep.unmasked_instances import MASKING_VOCAB, MASKING_VOCAB_FIELDS, WORD_STARTS
+from data_prep.instances.unmasked_instances import MASKING_VOCAB, MASKING_VOCAB_FIELDS, WORD_STARTS
 from pretraining.input_errors import InputError
 
 STATIC, DYNAMIC = "static", "dynamic"

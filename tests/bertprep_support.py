@@ -133,8 +133,8 @@ def formatted_corpus(shared_data):
     """A working dir with ``wikicorpus_en`` and ``bookscorpus`` formatted (built once per
     session); returns (working dir, {dataset: FormattingStats})."""
     if "formatted" not in _CACHE:
-        from data_prep import text_formatting as tf
-        from data_prep.prep_layout import Layout
+        from data_prep.bertprep import text_formatting as tf
+        from data_prep.bertprep.prep_layout import Layout
         root = tempfile.mkdtemp(prefix="bertprep-formatted-")
         atexit.register(shutil.rmtree, root, True)
         layout = Layout(root)

@@ -1,5 +1,5 @@
 """Test helper: small pre-training TFRecords made from random ids, with Google's schema
-(static masking) or unmasked for dynamic masking (`data_prep.unmasked_instances`)."""
+(static masking) or unmasked for dynamic masking (`data_prep.instances.unmasked_instances`)."""
 import numpy as np
 import tensorflow as tf
 

@@ -9,7 +9,7 @@ import shutil
 import pytest
 import tensorflow as tf
 
-from data_prep import record_metadata
+from data_prep.instances import record_metadata
 from pretraining.input_pipeline import InputError, feature_spec, value_ranges
 from pretraining.runner import main, run
 from pretraining_records import rewrite_record, write_random_records

@@ -5,8 +5,8 @@ import os
 import pytest
 
 from bertprep_support import BOOKS, assert_clean_error, run_bertprep
-from data_prep import prep_actions
-from data_prep.prep_layout import PrepOptions
+from data_prep.bertprep import prep_actions
+from data_prep.bertprep.prep_layout import PrepOptions
 
 FORMATTED = "formatted_one_article_per_line"
 

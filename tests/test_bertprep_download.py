@@ -9,7 +9,7 @@ import zipfile
 import pytest
 
 from bertprep_support import FixtureServer, assert_clean_error, run_bertprep
-from data_prep import download, fetcher
+from data_prep.bertprep import download, fetcher
 from data_prep.errors import DownloadError
 
 PAYLOAD = os.urandom(700_000)
@@ -187,7 +187,7 @@ def test_cli_download_with_url_and_sha256(server, tmp_path):
 
 
 def test_mrpc_is_split_into_glue_files(tmp_path):
-    from data_prep import text_formatting
+    from data_prep.bertprep import text_formatting
     header = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
     (tmp_path / "msr_paraphrase_train.txt").write_text(
         header + "1\t11\t12\tA cat sat.\tA cat was sitting.\n"

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from bertprep_support import BOOKS, WIKI_DUMP, FixtureServer, run_bertprep
-from data_prep import record_metadata
+from data_prep.instances import record_metadata
 from google_reference import google_name_to_features
 
 SHARD_FLAGS = ["--n_training_shards", "3", "--n_test_shards", "1", "--fraction_test_set", "0.05"]
@@ -151,10 +151,12 @@ def test_records_parse_with_google_spec_and_are_well_formed(prepared, seq, pred)
 
 def test_create_vocab_is_used_when_no_vocab_file_is_given(shared_data, tmp_path):
     from bertprep_support import copy_working_dir, formatted_corpus
-    from data_prep import prep_actions, tfrecord_writer
-    from data_prep.prep_layout import PrepOptions
-    from data_prep.pretraining_data import create_pretraining_tfrecords
-    from data_prep.pretraining_data_options import PretrainingDataOptions, derive_shard_seed
+    from data_prep.bertprep import prep_actions
+    from data_prep.bertprep.prep_layout import PrepOptions
+    from data_prep.instances import tfrecord_writer
+    from data_prep.instances.pretraining_data import create_pretraining_tfrecords
+    from data_prep.instances.pretraining_data_options import (PretrainingDataOptions,
+                                                              derive_shard_seed)
     root, _ = formatted_corpus(shared_data)
     wd = copy_working_dir(root, str(tmp_path / "wd"))
     common = dict(dataset="bookscorpus", working_dir=wd, n_training_shards=2, n_test_shards=0,

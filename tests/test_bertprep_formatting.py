@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from bertprep_support import BOOKS, TABLE_DUMP, WIKI_DUMP, formatted_corpus
-from data_prep import text_formatting as tf
+from data_prep.bertprep import text_formatting as tf
 
 MARKUP = ("{|", "|-", "|}", "{{", "}}", "[[", "]]", "<ref", "</ref", "&amp;", "&lt;", "&quot;")
 # A wikitext line that begins with words (after quotes or bold/italic marks) is prose; lines

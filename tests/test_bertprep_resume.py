@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from bertprep_support import REPO, copy_working_dir, formatted_corpus, run_bertprep
-from data_prep import prep_actions
-from data_prep.prep_layout import PrepOptions
+from data_prep.bertprep import prep_actions
+from data_prep.bertprep.prep_layout import PrepOptions
 from kill_support import file_digests, kill_when, seeded_moments
 
 N_TRAIN, N_TEST = 6, 1
@@ -69,8 +69,8 @@ def test_three_kills_resume_with_only_unfinished_shards(shared_data, minilm_voca
     kept = {}
     for count in seeded_moments("create_tfrecord_files", list(range(total - 1))):
         # One process writes the shards in turn (skipping the complete ones) and waits
-        # (data_prep.pause_point) with a shard's temporaries just created and `count` shards
-        # complete: killed there.
+        # (data_prep.processes.pause_point) with a shard's temporaries just created and `count`
+        # shards complete: killed there.
         marker = tmp_path / f"paused-after-{count}"
         paused = dict(env, BERT_PAUSE_AT=f"records_opened:{count + 1 - len(kept)}",
                       BERT_PAUSE_MARKER=str(marker))

@@ -5,8 +5,8 @@ import os
 import pytest
 
 from bertprep_support import formatted_corpus
-from data_prep import sentence_segmentation
-from data_prep import sharding
+from data_prep.bertprep import sentence_segmentation
+from data_prep.bertprep import sharding
 
 
 def formatted_files(shared_data, *datasets):

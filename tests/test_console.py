@@ -107,8 +107,9 @@ def test_xla_compiler_lines_go_to_the_log_file_not_the_console(pretraining, repo
 
 
 def test_native_lines_survive_an_abrupt_death(tmp_path, repo_root):
-    """fd 2 rerouted (reporting.native_log.route), then the process aborts: the C++ log line is in the
-    log file, the error line and the plain line on the console, nothing lost in the pipe."""
+    """fd 2 rerouted (reporting.native_log.route), then the process aborts: the C++ log line is
+    in the log file, the error line and the plain line on the console, nothing lost in the
+    pipe."""
     log = tmp_path / "x.log"
     script = ("import os, sys; sys.path.insert(0, '.'); from reporting.native_log import route; "
               f"route({str(log)!r}); "

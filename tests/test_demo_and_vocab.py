@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from data_prep.builtin_corpus import module_document, write_corpus
-from data_prep.tokenization import FullTokenizer
-from data_prep.vocab import SPECIAL_TOKENS, VocabTrainingError, train_wordpiece_vocab
+from data_prep.bertprep.builtin_corpus import module_document, write_corpus
+from data_prep.wordpiece.tokenization import FullTokenizer
+from data_prep.wordpiece.vocab import SPECIAL_TOKENS, VocabTrainingError, train_wordpiece_vocab
 
 
 def test_module_document_reads_docstrings_without_importing(tmp_path):

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from data_prep.pretraining_data import create_pretraining_tfrecords
-from data_prep.pretraining_data_options import PretrainingDataOptions
-from data_prep.vocab_info import load_tokenizer
+from data_prep.instances.pretraining_data import create_pretraining_tfrecords
+from data_prep.instances.pretraining_data_options import PretrainingDataOptions
+from data_prep.instances.vocab_info import load_tokenizer
 from modeling import named_config
 from pretraining.dynamic_masking import DynamicMasking, stream_key, unmasked_feature_spec
 from pretraining.input_pipeline import InputError, make_dataset
@@ -326,8 +326,8 @@ def test_run_pretraining_trains_and_evaluates_dynamic_records_repeatably(tmp_pat
 
 
 def test_bertprep_writes_dynamic_records_into_their_own_folder(corpus, minilm_vocab):
-    from data_prep import prep_actions
-    from data_prep.prep_layout import PrepOptions
+    from data_prep.bertprep import prep_actions
+    from data_prep.bertprep.prep_layout import PrepOptions
     work = corpus["folder"] / "bertprep"
     shards = work / "sharded_training_shards_1_test_shards_0_fraction_0.1" / "custom"
     shards.mkdir(parents=True)

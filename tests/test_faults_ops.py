@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 from bertprep_support import REPO, TABLE_DUMP, WIKI_DUMP, formatted_corpus
-from data_prep.corpus import expand_input_files
+from data_prep.instances.corpus import expand_input_files
 from kill_support import file_digests, kill_parent_and_check_descendants_die, seeded_moments
 from pretraining.input_pipeline import InputError, list_input_files
 from pretraining_records import write_random_records
@@ -147,7 +147,7 @@ def test_sharding_workers_die_with_a_killed_parent(tmp_path):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("".join(f"Document {i} has one sentence.\n" for i in range(4)))
     # Shards that take minutes (a big corpus): the parent is killed while workers write.
-    code = ("import sys, time\nfrom data_prep import sharding\n"
+    code = ("import sys, time\nfrom data_prep.bertprep import sharding\n"
             "sharding.write_shard = lambda *job: time.sleep(120)\n"
             "sharding.shard_corpus([sys.argv[1]], sys.argv[2], 'c', sharding.ShardingOptions("
             "n_training_shards=2, n_test_shards=0, fraction_test_set=0.0, n_processes=2), "
@@ -193,7 +193,7 @@ def test_wikiextractor_and_its_forks_die_with_a_killed_bertprep(shared_data, tmp
 
 
 def test_worker_whose_parent_died_before_the_request_exits():
-    code = ("from data_prep.worker_lifetime import die_with_parent\n"
+    code = ("from data_prep.processes.worker_lifetime import die_with_parent\n"
             "die_with_parent(-1)\nprint('alive')\n")  # -1: not the parent it has now
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                             text=True, timeout=60)
@@ -236,7 +236,7 @@ def test_next_text_formatting_removes_a_killed_runs_scratch_copy(shared_data, tm
             "--action", "text_formatting", "--dataset", "wikicorpus_en",
             "--input", os.path.join(shared_data, TABLE_DUMP), "--n_processes", "1"]
     marker = tmp_path / "paused"
-    # The run waits at the moment to be killed (data_prep.pause_point): a small dump would
+    # The run waits at the moment to be killed (data_prep.processes.pause_point): a small dump would
     # otherwise be formatted and done before a watcher saw its copy (a race a loaded
     # machine lost).
     env = dict(os.environ, PYTHONPATH=REPO, BERT_PAUSE_AT="wiki_scratch_copy",

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from data_prep.vocab import train_wordpiece_vocab
+from data_prep.wordpiece.vocab import train_wordpiece_vocab
 from modeling import named_config
 from triton_check import check_model
 

@@ -1,5 +1,5 @@
-"""Work in forked helpers (data_prep.forked) for create_pretraining_data: the same records for
-any number of processes, parts that really come from other processes, a failed helper that
+"""Work in forked helpers (data_prep.processes.forked) for create_pretraining_data: the same records
+for any number of processes, parts that really come from other processes, a failed helper that
 costs no output, no fork beside another thread, and no helper left behind when the caller
 fails or is killed.
 
@@ -28,7 +28,8 @@ print(json.dumps(out))
 
 _CASES = r"""
 import json, logging, os, sys, threading, time
-from data_prep import corpus, forked
+from data_prep.instances import corpus
+from data_prep.processes import forked
 
 corpus.MIN_LINES_PER_PROCESS = 1
 parent = os.getpid()
@@ -111,8 +112,9 @@ def test_helpers_tokenize_their_parts_in_order_and_fail_safely():
 
 _SERIALISE = r"""
 import hashlib, json, logging, os, sys
-from data_prep import forked, pretraining_data
-from data_prep.pretraining_data_options import PretrainingDataOptions
+from data_prep.instances import pretraining_data
+from data_prep.instances.pretraining_data_options import PretrainingDataOptions
+from data_prep.processes import forked
 
 pretraining_data.BATCH_SIZE = 256  # several batches from a small corpus (same for every run)
 parent = os.getpid()
@@ -153,7 +155,7 @@ for name, processes in (("one", 1), ("two", 2), ("failing", 2)):
 
 def _sentence_corpus(path):
     """The standard library's docstrings, one sentence a line (thousands of lines)."""
-    from data_prep.builtin_corpus import iter_documents
+    from data_prep.bertprep.builtin_corpus import iter_documents
     with open(path, "w", encoding="utf-8") as writer:
         for _, text in iter_documents():
             sentences = [s for s in re.split(r"(?<=[.!?])\s+", text) if s.strip()]
@@ -185,7 +187,7 @@ def test_batches_are_serialised_by_a_helper_into_the_same_bytes(minilm_vocab, tm
 def test_records_are_byte_identical_for_any_number_of_processes(minilm_vocab, tmp_path):
     corpus = str(tmp_path / "corpus.txt")
     n_lines = _sentence_corpus(corpus)
-    from data_prep.corpus import MIN_LINES_PER_PROCESS
+    from data_prep.instances.corpus import MIN_LINES_PER_PROCESS
     assert n_lines >= 3 * MIN_LINES_PER_PROCESS, "too few lines to use three processes"
     outputs = {}
     for processes in (1, 2, 3):
@@ -202,7 +204,7 @@ def test_records_are_byte_identical_for_any_number_of_processes(minilm_vocab, tm
 
 _KILLED = r"""
 import os, sys, time
-from data_prep import forked
+from data_prep.processes import forked
 call = forked.ForkedWorker(time.sleep, 120)
 print(call.pid, flush=True)
 time.sleep(120)

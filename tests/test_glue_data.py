@@ -390,7 +390,7 @@ def test_truncate_seq_pair_keeps_total_length():
 
 
 def test_real_tokenizer_pair(minilm_vocab):
-    from data_prep.tokenization import FullTokenizer
+    from data_prep.wordpiece.tokenization import FullTokenizer
     tok = FullTokenizer(minilm_vocab, do_lower_case=True)
     ex = InputExample("dev-0", "The new rights are nice enough", "Everyone really likes the "
                       "newest benefits", "neutral")

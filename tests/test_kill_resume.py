@@ -59,7 +59,7 @@ def test_create_pretraining_data_killed_three_times_rewrites_identical_bytes(tmp
     total = sum((reference / name).stat().st_size for name in expected)
     out = tmp_path / "out"
 
-    # The run waits at the chosen moment (data_prep.pause_point) to be killed there: with
+    # The run waits at the chosen moment (data_prep.processes.pause_point) to be killed there: with
     # its temporaries just created, or before write batch k of 7 (k - 1 written).
     moments = ["records_opened"] + [f"records_batch:{k}" for k in range(2, 8)]
     for moment in seeded_moments("create_pretraining_data", moments):

@@ -10,8 +10,8 @@ import zipfile
 import pytest
 
 from bertprep_support import FixtureServer, assert_clean_error, run_bertprep
-from data_prep import download
-from data_prep.prep_layout import PrepOptions
+from data_prep.bertprep import download
+from data_prep.bertprep.prep_layout import PrepOptions
 
 NGC = "/api.ngc.nvidia.com/v2/models/nvidia"
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from data_prep.packing import best_fit_decreasing, pack_features, padding_fraction
+from data_prep.instances.packing import best_fit_decreasing, pack_features, padding_fraction
 from modeling import named_config
 from pretraining.model_fn import pretraining_losses
 
@@ -144,9 +144,9 @@ WRITTEN_SEQ = 64
 def written(shared_data, minilm_vocab, tmp_path_factory):
     """Records of Alice in Wonderland, one seed, unpacked and packed, static and dynamic."""
     import os
-    from data_prep.pretraining_data import create_pretraining_tfrecords
-    from data_prep.pretraining_data_options import PretrainingDataOptions
-    from data_prep.vocab_info import load_tokenizer
+    from data_prep.instances.pretraining_data import create_pretraining_tfrecords
+    from data_prep.instances.pretraining_data_options import PretrainingDataOptions
+    from data_prep.instances.vocab_info import load_tokenizer
     from test_pretraining_data import _book_docs, write_docs
     folder = tmp_path_factory.mktemp("packing")
     text = write_docs(_book_docs(os.path.join(shared_data, "books",
@@ -169,7 +169,7 @@ def written(shared_data, minilm_vocab, tmp_path_factory):
 
 
 def _rows(paths):
-    from data_prep.tfrecord_writer import read_tfrecord_file
+    from data_prep.instances.tfrecord_writer import read_tfrecord_file
     rows = []
     for path in paths:
         for record in read_tfrecord_file(path):
@@ -230,9 +230,9 @@ def test_run_pretraining_trains_and_evaluates_packed_dynamic_records(written, tm
 def test_training_log_counts_the_instances_and_real_tokens_of_packed_rows(tmp_path):
     """Rows of exactly three 10-token instances: the log's sequences/s must be 3x its rows/s
     and its real tokens/s 30x (the same measured interval)."""
-    from data_prep.masked_instances import FEATURE_KINDS
-    from data_prep.packing import packed_kinds
-    from data_prep.tfrecord_writer import encode_tfrecords
+    from data_prep.instances.masked_instances import FEATURE_KINDS
+    from data_prep.instances.packing import packed_kinds
+    from data_prep.instances.tfrecord_writer import encode_tfrecords
     from pretraining.runner import run
     from test_pretraining import make_flags
     features = random_instances(400, np.random.default_rng(3))

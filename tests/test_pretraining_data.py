@@ -11,16 +11,16 @@ import sys
 import numpy as np
 import pytest
 
-from data_prep import record_metadata
-from data_prep import tfrecord_writer as tw
-from data_prep.corpus import Corpus, read_corpus
 from data_prep.errors import DataPrepError
-from data_prep.instance_plan import (InstancePlan, _uniform_stream, plan_instances, truncate_plan,
-                                     truncated_lengths)
-from data_prep.masked_instances import build_instances
-from data_prep.pretraining_data import create_pretraining_tfrecords
-from data_prep.pretraining_data_options import PretrainingDataOptions, derive_shard_seed
-from data_prep.vocab_info import VocabInfo
+from data_prep.instances import record_metadata
+from data_prep.instances import tfrecord_writer as tw
+from data_prep.instances.corpus import Corpus, read_corpus
+from data_prep.instances.instance_plan import (InstancePlan, _uniform_stream, plan_instances,
+                                               truncate_plan, truncated_lengths)
+from data_prep.instances.masked_instances import build_instances
+from data_prep.instances.pretraining_data import create_pretraining_tfrecords
+from data_prep.instances.pretraining_data_options import PretrainingDataOptions, derive_shard_seed
+from data_prep.instances.vocab_info import VocabInfo
 import google_reference
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -96,7 +96,7 @@ def write_docs(docs, path):
 
 @pytest.fixture(scope="module")
 def tokenizer(minilm_vocab):
-    from data_prep import tokenization
+    from data_prep.wordpiece import tokenization
     return tokenization.FullTokenizer(minilm_vocab, do_lower_case=True)
 
 

@@ -20,8 +20,8 @@ SEQ, PREDICTIONS = 64, 10
 @pytest.mark.slow
 def test_pretraining_from_scratch_ends_clearly_below_the_unigram_baseline(shared_data, tmp_path):
     from cli.demo import EVAL_BATCH_SIZE, MAX_EVAL_STEPS, PHASE1_LEARNING_RATE
-    from data_prep.prep_actions import run as prep
-    from data_prep.prep_layout import Layout, PrepOptions
+    from data_prep.bertprep.prep_actions import run as prep
+    from data_prep.bertprep.prep_layout import Layout, PrepOptions
     from modeling import named_config
     from pretraining.baseline import unigram_baseline
     from pretraining.options import PretrainingOptions

@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from data_prep.tokenization import FullTokenizer
+from data_prep.wordpiece.tokenization import FullTokenizer
 from finetuning import squad_data, squad_eval, squad_postprocess
 
 SAMPLE = "squad/sample-v1.1.json"

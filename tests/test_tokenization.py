@@ -1,4 +1,4 @@
-"""Tests of data_prep.tokenization, tokenization_reference and char_classes: Google's BERT
+"""Tests of data_prep.wordpiece.tokenization, tokenization_reference and char_classes: Google's BERT
 tokenization, exactly and fast.
 
 The real text (two books, raw Wikipedia XML with accents, CJK, markup) is tokenized
@@ -14,11 +14,11 @@ import unicodedata
 import numpy as np
 import pytest
 
-from data_prep import tokenization
-from data_prep.tokenization import (
-    FullTokenizer, VocabError, load_vocab, printable_text, validate_case_matches_checkpoint,
-    word_starts)
-from data_prep.tokenization_reference import BasicTokenizer, WordpieceTokenizer, convert_to_unicode
+from data_prep.wordpiece import tokenization
+from data_prep.wordpiece.tokenization import (FullTokenizer, VocabError, load_vocab, printable_text,
+                                              validate_case_matches_checkpoint, word_starts)
+from data_prep.wordpiece.tokenization_reference import (BasicTokenizer, WordpieceTokenizer,
+                                                        convert_to_unicode)
 
 # Literal special-token text: HuggingFace keeps it atomic, Google tokenizes it as text.
 SPECIAL_TEXT = re.compile(r"\[(?:CLS|SEP|PAD|MASK|UNK)\]")

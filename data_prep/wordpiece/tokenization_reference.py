@@ -2,15 +2,15 @@
 
 ``BasicTokenizer`` (cleaning, CJK spacing, lower-casing and accent stripping, punctuation
 split) and ``WordpieceTokenizer`` (greedy longest-match-first) follow Google's
-``tokenization.py`` step by step, on the predicates of ``data_prep.char_classes``. They
-document the algorithm, and ``FullTokenizer``'s fast path (``data_prep.tokenization``) is
+``tokenization.py`` step by step, on the predicates of ``data_prep.wordpiece.char_classes``. They
+document the algorithm, and ``FullTokenizer``'s fast path (``data_prep.wordpiece.tokenization``) is
 checked against them (``FullTokenizer.tokenize_reference``); SQuAD's answer alignment uses
 ``BasicTokenizer`` directly. They are kept apart from the fast path so that the algorithm
 reads in one place, without the tables and caches that make it fast.
 """
 import unicodedata
 
-from data_prep.char_classes import is_cjk, is_control, is_punctuation, is_whitespace
+from data_prep.wordpiece.char_classes import is_cjk, is_control, is_punctuation, is_whitespace
 
 # Google's WordpieceTokenizer default: a longer word is a single [UNK].
 MAX_INPUT_CHARS_PER_WORD = 200

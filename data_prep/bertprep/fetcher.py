@@ -6,7 +6,7 @@ takes hours, so an interrupted transfer must not start over (the partial file is
 mirrors (5xx, 429) are retried with exponential backoff, two downloads of one file wait for
 each other, and a file is only ever visible under its final name once it is complete (and
 matches its sha256 when one is known). A ``file://`` URL or a plain local path (a dump
-fetched by hand) is copied the same way. ``data_prep.download`` calls ``fetch`` for each
+fetched by hand) is copied the same way. ``data_prep.bertprep.download`` calls ``fetch`` for each
 file of its table.
 
 Errors are ``DownloadError`` (a ``DataPrepError``): one line ``<file or url>: <problem>``.

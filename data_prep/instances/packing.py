@@ -28,7 +28,7 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-from data_prep import tfrecord_writer
+from data_prep.instances import tfrecord_writer
 
 # Features that hold one value per token, per masked-LM prediction, per instance.
 TOKEN_FEATURES = ("input_ids", "input_mask", "segment_ids")

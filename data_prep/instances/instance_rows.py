@@ -1,8 +1,8 @@
 """Planned instances as ``[CLS] A [SEP] B [SEP]`` token rows, before any masking.
 
-Shared by the two kinds of records: ``data_prep.masked_instances`` (static masking, Google's
-records) masks these rows, ``data_prep.unmasked_instances`` (dynamic masking) writes them
-as they are with their word starts. Keeping the rows in a module of their own lets both
+Shared by the two kinds of records: ``data_prep.instances.masked_instances`` (static masking,
+Google's records) masks these rows, ``data_prep.instances.unmasked_instances`` (dynamic masking)
+writes them as they are with their word starts. Keeping the rows in a module of their own lets both
 build on them without importing each other or the writer above them.
 """
 from __future__ import annotations
@@ -11,10 +11,10 @@ import dataclasses
 
 import numpy as np
 
-from data_prep.corpus import Corpus
-from data_prep.instance_plan import InstancePlan
-from data_prep.pretraining_data_options import PretrainingDataOptions
-from data_prep.vocab_info import VocabInfo
+from data_prep.instances.corpus import Corpus
+from data_prep.instances.instance_plan import InstancePlan
+from data_prep.instances.pretraining_data_options import PretrainingDataOptions
+from data_prep.instances.vocab_info import VocabInfo
 
 
 @dataclasses.dataclass

@@ -18,8 +18,8 @@ How, with memory bounded by a document rather than by the corpus:
    a given seed and input.
 3. ``write_shard``: each shard is written on its own (in parallel with ``n_processes``):
    its documents are read back by offset in file order, split into sentences
-   (``data_prep.sentence_segmentation``) and written to ``<name>.tmp-<pid>``; when every shard
-   is complete all are renamed to their final names (a failed run leaves none).
+   (``data_prep.bertprep.sentence_segmentation``) and written to ``<name>.tmp-<pid>``; when every
+   shard is complete all are renamed to their final names (a failed run leaves none).
 
 Shard names: ``<prefix>_training_<i>.txt`` and ``<prefix>_test_<i>.txt``, ``i`` from 0.
 Errors raise ``ShardingError`` (a ``DataPrepError``): one line ``<file>: <problem>``.
@@ -36,9 +36,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from data_prep import sentence_segmentation
+from data_prep.bertprep import sentence_segmentation
 from data_prep.errors import DataPrepError
-from data_prep.worker_lifetime import die_with_parent, pool_context
+from data_prep.processes.worker_lifetime import die_with_parent, pool_context
 
 
 class ShardingError(DataPrepError):

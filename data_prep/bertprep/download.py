@@ -1,8 +1,8 @@
 """Fetching the public datasets and checkpoints BERT pre-training and fine-tuning start from.
 
-Each file is fetched by ``data_prep.fetcher`` (resumed after an interruption, retried,
+Each file is fetched by ``data_prep.bertprep.fetcher`` (resumed after an interruption, retried,
 verified, visible under its final name only when complete) and each archive unpacked by
-``data_prep.archives`` (never trusted to stay inside the folder it is extracted into).
+``data_prep.bertprep.archives`` (never trusted to stay inside the folder it is extracted into).
 
 Everything the project downloads is in one table, ``DATASETS``.  A ``--url`` (http(s), a
 ``file://`` URL or a plain local path, e.g. a dump fetched by hand) replaces the table's URL
@@ -18,8 +18,8 @@ import os
 import urllib.parse
 from typing import Callable, Dict, List, Optional, Sequence
 
-from data_prep.archives import extract_archive
-from data_prep.fetcher import fetch, is_remote
+from data_prep.bertprep.archives import extract_archive
+from data_prep.bertprep.fetcher import fetch, is_remote
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,7 +27,8 @@ class Resource:
     """One file of a dataset: where it comes from and where it goes under ``download/``.
 
     ``dest`` is relative to the working dir's ``download/`` folder.  ``extract``: unpack the
-    archive into the folder holding it (safely, see ``data_prep.archives.extract_archive``).
+    archive into the folder holding it (safely, see
+    ``data_prep.bertprep.archives.extract_archive``).
     """
     url: str
     dest: str

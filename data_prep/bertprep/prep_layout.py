@@ -16,8 +16,8 @@ Each action reads what the previous one wrote, found by name under the working d
                                           folder with --masking dynamic: unmasked records;
                                           with --pack: rows of up to k instances)
         training.meta/, test.meta/        each file's <file>.meta.json
-                                          (data_prep.record_metadata: beside the folders, not
-                                          in them, so `training/*` is records only)
+                                          (data_prep.instances.record_metadata: beside the folders,
+                                          not in them, so `training/*` is records only)
 
 Folder names carry the options that change their content, so runs with different options
 never mix and each later action finds its input from the same flags.  Not in the names: the
@@ -25,7 +25,7 @@ sentence splitter and ``--sharding_seed`` (rerunning ``sharding`` with others re
 shards), and the vocabulary (use a new working dir for a new vocab).
 
 ``PrepOptions`` holds every flag of ``bertPrep.py``; ``Layout`` turns a dataset and those
-options into the paths above. They live apart from the actions (``data_prep.prep_actions``)
+options into the paths above. They live apart from the actions (``data_prep.bertprep.prep_actions``)
 because more than the actions need them: the demo, the tests and the benchmarks find a
 working dir's records by these names without running an action.
 """
@@ -69,7 +69,7 @@ class PrepOptions:
     dupe_factor: int = 5
     do_whole_word_mask: bool = False
     masking: str = "static"
-    max_sequences_per_row: int = 0   # sequence packing (data_prep.packing); 0: none
+    max_sequences_per_row: int = 0   # sequence packing (data_prep.instances.packing); 0: none
     download_retries: int = 5
     progress: Optional[bool] = None
 
@@ -80,7 +80,7 @@ class Layout:
     root: str
 
     def download_dir(self, dataset: str) -> str:
-        from data_prep.download import GLUE_TASKS
+        from data_prep.bertprep.download import GLUE_TASKS
         if dataset in GLUE_TASKS:
             return os.path.join(self.root, "download", "glue", dataset)
         return os.path.join(self.root, "download", dataset)

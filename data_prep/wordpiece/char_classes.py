@@ -3,9 +3,9 @@ and the tables the fast path is built from.
 
 ``is_whitespace``, ``is_control``, ``is_punctuation`` and ``is_cjk`` are the definitions of
 Google's ``tokenization.py``, used one character at a time by
-``data_prep.tokenization_reference``. ``CharTables`` scans every code point with those same
-predicates and turns the result into regular expressions and ``str.translate`` tables for
-``FullTokenizer``'s fast path (``data_prep.tokenization``), so both paths share one
+``data_prep.wordpiece.tokenization_reference``. ``CharTables`` scans every code point with those
+same predicates and turns the result into regular expressions and ``str.translate`` tables for
+``FullTokenizer``'s fast path (``data_prep.wordpiece.tokenization``), so both paths share one
 definition of each class (and Python's Unicode version, like Google's code). The two live in
 one module because the scan's disk cache is keyed by this file's text: a change to any
 predicate changes the key.

@@ -10,8 +10,8 @@ pool passes ``die_with_parent`` as its initializer with the parent's pid as argu
 On Linux the initializer asks the kernel for SIGKILL when the parent dies
 (``prctl(PR_SET_PDEATHSIG)``). SIGKILL rather than SIGTERM: workers inherit the parent's
 signal handlers under fork, and a handler could swallow SIGTERM; a killed worker's
-``*.tmp-<pid>`` output is removed by the next run (``data_prep.temporaries``). The parent can
-die before the worker's prctl call, in which case no signal ever comes: the worker then sees
+``*.tmp-<pid>`` output is removed by the next run (``data_prep.processes.temporaries``). The parent
+can die before the worker's prctl call, in which case no signal ever comes: the worker then sees
 that its parent is no longer the original one and exits at once. Elsewhere (macOS, Windows)
 there is no such request and the initializer does nothing but the same check.
 

@@ -29,12 +29,12 @@ import dataclasses
 
 import numpy as np
 
-from data_prep import tfrecord_writer
-from data_prep.corpus import Corpus
-from data_prep.instance_plan import InstancePlan
-from data_prep.instance_rows import instance_rows, word_starts
-from data_prep.pretraining_data_options import PretrainingDataOptions
-from data_prep.vocab_info import VocabInfo
+from data_prep.instances import tfrecord_writer
+from data_prep.instances.corpus import Corpus
+from data_prep.instances.instance_plan import InstancePlan
+from data_prep.instances.instance_rows import instance_rows, word_starts
+from data_prep.instances.pretraining_data_options import PretrainingDataOptions
+from data_prep.instances.vocab_info import VocabInfo
 
 WORD_STARTS = "word_starts"
 MASKING_VOCAB = "masking_vocab"

@@ -5,15 +5,17 @@ throughput: every line of an input shard is tokenized once, in one batch call
 (``FullTokenizer.encode_batch``), into one flat id array; the ``dupe_factor`` passes reuse it;
 instances are planned as (start, length) spans into that array; truncation, masking and
 ``tf.train.Example`` serialisation run vectorised over batches of instances with numpy; the
-TFRecord framing is written directly (see ``data_prep.tfrecord_writer``).  TensorFlow is not
-imported.
+TFRecord framing is written directly (see ``data_prep.instances.tfrecord_writer``).  TensorFlow is
+not imported.
 
 This module drives one shard (``create_pretraining_tfrecords``, ``write_instances``); each
-step has a module of its own below it: ``data_prep.corpus`` reads and tokenizes the text,
-``data_prep.instance_plan`` plans and truncates the pairs, ``data_prep.instance_rows`` lays
-them out as token rows, which ``data_prep.masked_instances`` masks (static) and
-``data_prep.unmasked_instances`` writes as they are (dynamic); the types all of them share
-are in ``data_prep.pretraining_data_options``, ``data_prep.vocab_info`` and ``data_prep.errors``.
+step has a module of its own below it: ``data_prep.instances.corpus`` reads and tokenizes the text,
+``data_prep.instances.instance_plan`` plans and truncates the pairs,
+``data_prep.instances.instance_rows`` lays them out as token rows, which
+``data_prep.instances.masked_instances`` masks (static) and
+``data_prep.instances.unmasked_instances`` writes as they are (dynamic); the types all of them share
+are in ``data_prep.instances.pretraining_data_options``, ``data_prep.instances.vocab_info`` and
+``data_prep.errors``.
 
 Algorithm (per call, i.e. per shard):
 
@@ -42,7 +44,7 @@ Algorithm (per call, i.e. per shard):
   (10 %) or becomes a uniformly random vocabulary id (10 %); positions are sorted.
 * ``masking="dynamic"`` (``--masking=dynamic``) stops before the masked-LM choice and writes
   the instances unmasked, with the word starts and the vocabulary the input pipeline needs to
-  mask them at every read (``data_prep.unmasked_instances``); planning and truncation draw
+  mask them at every read (``data_prep.instances.unmasked_instances``); planning and truncation draw
   the same random numbers, so for one seed its instances are those of the static records.
 * All instances of the call are shuffled before writing and go round-robin to the output
   files - Google shuffles all instances of all inputs; here the shuffle covers one call, so
@@ -68,9 +70,10 @@ missing vocabulary, unwritable output) raise ``DataPrepError``, whose message is
 ``<file>: <problem>``.  Outputs are written to ``<output>.tmp-<pid>`` and renamed on success;
 on any failure the temporary files are removed, so a record file under its final name is
 always complete.  A killed run cannot remove them: the next run over the same outputs does
-(those of a pid no longer running, ``data_prep.temporaries``), and input globs skip them.  Invalid UTF-8 is an error (Google's script crashes with a traceback):
-the message names the file and the byte offset of the first bad byte.  Each output gets its
-metadata in ``<output folder>.meta/`` (``data_prep.record_metadata``: vocabulary, lengths,
+(those of a pid no longer running, ``data_prep.processes.temporaries``), and input globs skip
+them.  Invalid UTF-8 is an error (Google's script crashes with a traceback): the message names
+the file and the byte offset of the first bad byte.  Each output gets its metadata in
+``<output folder>.meta/`` (``data_prep.instances.record_metadata``: vocabulary, lengths,
 record count, masking kind), renamed into place just before the records, so pre-training can
 check every file at start-up.
 """
@@ -85,16 +88,18 @@ from typing import Optional, Sequence, Union
 import numpy as np
 from absl import logging
 
-from data_prep import forked, packing, record_metadata, tfrecord_writer
-from data_prep.corpus import Corpus, expand_input_files, read_corpus
 from data_prep.errors import DataPrepError
-from data_prep.instance_plan import plan_instances, truncate_plan, warn_truncation
-from data_prep.masked_instances import InstanceBatch, build_instances
-from data_prep.pause_point import pause_point
-from data_prep.pretraining_data_options import PretrainingDataOptions, PretrainingStats, derive_shard_seed
-from data_prep.temporaries import remove_stale_temporaries
-from data_prep.unmasked_instances import build_unmasked_instances
-from data_prep.vocab_info import VocabInfo, load_tokenizer
+from data_prep.instances import packing, record_metadata, tfrecord_writer
+from data_prep.instances.corpus import Corpus, expand_input_files, read_corpus
+from data_prep.instances.instance_plan import plan_instances, truncate_plan, warn_truncation
+from data_prep.instances.masked_instances import InstanceBatch, build_instances
+from data_prep.instances.pretraining_data_options import (PretrainingDataOptions, PretrainingStats,
+                                                          derive_shard_seed)
+from data_prep.instances.unmasked_instances import build_unmasked_instances
+from data_prep.instances.vocab_info import VocabInfo, load_tokenizer
+from data_prep.processes import forked
+from data_prep.processes.pause_point import pause_point
+from data_prep.processes.temporaries import remove_stale_temporaries
 
 # Instances built, masked, serialised and written per step (fixed: the random streams are
 # consumed per batch, so changing it changes the output of a given seed).

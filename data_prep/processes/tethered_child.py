@@ -5,7 +5,7 @@ program whose output is streamed through a pipe), and wikiextractor forks a redu
 extractor per ``--processes``. Killed with SIGKILL, bertPrep used to leave that tree running:
 re-parented to init, wikiextractor went on loading the dump's templates (most of an hour on a
 full English dump) before its first write found the reader gone, and its children then waited
-on queues nobody would drain. ``data_prep.worker_lifetime`` covers our own pools; this
+on queues nobody would drain. ``data_prep.processes.worker_lifetime`` covers our own pools; this
 module covers a program we do not control, and every process that program forks::
 
     subprocess.Popen(tethered_command("wikiextractor.WikiExtractor", [dump, "--json", ...]),
@@ -25,9 +25,9 @@ import os
 import runpy
 import sys
 
-from data_prep.worker_lifetime import die_with_parent
+from data_prep.processes.worker_lifetime import die_with_parent
 
-# The package root, put on the child's PYTHONPATH so that ``-m data_prep.tethered_child``
+# The package root, put on the child's PYTHONPATH so that ``-m data_prep.processes.tethered_child``
 # resolves wherever bertPrep.py was started from.
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _forker = {"pid": None}

@@ -6,7 +6,7 @@ its own, so the lines are cut into contiguous parts, one a process) and serialis
 instances (while this process builds the next one). Results come back in order, so the output
 is the same for any number of processes.
 
-Why fork here when the pools of ``bertPrep.py`` spawn (``data_prep.worker_lifetime``): a
+Why fork here when the pools of ``bertPrep.py`` spawn (``data_prep.processes.worker_lifetime``): a
 spawned helper needs about 0.3 s to import and to build its tokenizer, as long as the work it
 would take over on a 3 MB shard; a forked one shares the tokenizer and the data and starts at
 once. A fork is only safe when this process has no other thread (a thread holding a lock at
@@ -25,7 +25,7 @@ import threading
 
 from absl import logging
 
-from data_prep.worker_lifetime import die_with_parent
+from data_prep.processes.worker_lifetime import die_with_parent
 
 
 def fork_is_safe() -> bool:

@@ -3,7 +3,7 @@
 ``PretrainingDataOptions`` are Google's ``create_pretraining_data.py`` flags (same names and
 defaults) plus the masking kind and sequence packing; ``derive_shard_seed`` gives each
 shard of a multi-process driver its own seed; ``PretrainingStats`` is what a run reports.
-Every step of ``data_prep.pretraining_data`` (reading, planning, building, writing) and
+Every step of ``data_prep.instances.pretraining_data`` (reading, planning, building, writing) and
 ``bertPrep.py``'s ``create_tfrecord_files`` take these, so they sit below all of them.
 """
 from __future__ import annotations
@@ -31,9 +31,9 @@ class PretrainingDataOptions:
     do_whole_word_mask: bool = False
     do_lower_case: bool = True
     # "static": Google's masked records; "dynamic": unmasked records, masked anew by the
-    # input pipeline at every read (``data_prep.unmasked_instances``).
+    # input pipeline at every read (``data_prep.instances.unmasked_instances``).
     masking: str = "static"
-    # Sequence packing (``data_prep.packing``): 0 writes one instance a record (Google's
+    # Sequence packing (``data_prep.instances.packing``): 0 writes one instance a record (Google's
     # layout); k >= 2 packs up to k whole instances into each max_seq_length row.
     max_sequences_per_row: int = 0
 

@@ -3,8 +3,8 @@
 ``VocabInfo`` holds the special ids ([CLS], [SEP], [MASK]), the vocabulary size (the range
 of random replacements) and which tokens continue a word (whole-word masking); it is taken
 from a tokenizer, which knows its word boundaries (WordPiece ``##``, SentencePiece).
-``load_tokenizer`` opens a vocab file as ``data_prep.tokenization.FullTokenizer`` and turns
-its failures into ``DataPrepError``. Static and dynamic (unmasked) instances both use it.
+``load_tokenizer`` opens a vocab file as ``data_prep.wordpiece.tokenization.FullTokenizer`` and
+turns its failures into ``DataPrepError``. Static and dynamic (unmasked) instances both use it.
 """
 from __future__ import annotations
 
@@ -59,10 +59,11 @@ class VocabInfo:
 
 
 def load_tokenizer(vocab_file: str, do_lower_case: bool = True):
-    """``data_prep.tokenization.FullTokenizer`` for ``vocab_file``, or ``DataPrepError``."""
+    """``data_prep.wordpiece.tokenization.FullTokenizer`` for ``vocab_file``, or
+    ``DataPrepError``."""
     if not os.path.isfile(vocab_file):
         raise DataPrepError(vocab_file, "vocab file not found")
-    from data_prep import tokenization  # the package's WordPiece tokenizer
+    from data_prep.wordpiece import tokenization  # the package's WordPiece tokenizer
     try:
         return tokenization.FullTokenizer(vocab_file=vocab_file, do_lower_case=do_lower_case)
     except getattr(tokenization, "VocabError", ValueError) as e:

@@ -100,7 +100,7 @@ def describe(records, max_seq_length, max_predictions_per_seq, vocab_size, vocab
 
 def write(records_path, metadata):
     """Writes the metadata of `records_path` atomically (temporary name `.tmp-<pid>`, which
-    `data_prep.temporaries` cleans up after a killed writer), in its `.meta` folder, or
+    `data_prep.processes.temporaries` cleans up after a killed writer), in its `.meta` folder, or
     beside the records when that folder cannot be created. Returns the path; raises
     OSError."""
     path = metadata_path(records_path)

@@ -10,13 +10,13 @@ Sources:
 * Wikipedia XML dumps (``.bz2``, ``.gz`` or plain; ``format_wikipedia``) go through
   ``wikiextractor`` in a child process (``python -m wikiextractor.WikiExtractor --json -o -``),
   whose output is read as a stream: the dump is never held in memory.  The child and all it
-  forks die with us (``data_prep.tethered_child``), even when we are killed with SIGKILL.  Redirects and pages
-  that end up without text (pure lists, disambiguation stubs) are dropped.  Titles are not
-  written: the first sentence of an article nearly always names its subject already, and a
-  bare title is not a sentence (it would become a one-"sentence" segment for NSP).  Section
-  headings stay, as the short lines wikiextractor makes of them.  wikiextractor is run with
-  ``--html-safe ''`` so that entities come out as characters (``&`` not ``&amp;``), and a small
-  clean-up (``strip_residual_markup``) removes what it occasionally leaves behind (table rows,
+  forks die with us (``data_prep.processes.tethered_child``), even when we are killed with
+  SIGKILL.  Redirects and pages that end up without text (pure lists, disambiguation stubs)
+  are dropped.  Titles are not written: the first sentence of an article nearly always names
+  its subject already, and a bare title is not a sentence (it would become a one-"sentence"
+  segment for NSP).  Section headings stay, as the short lines wikiextractor makes of them.
+  wikiextractor is run with ``--html-safe ''`` so that entities come out as characters (``&``
+  not ``&amp;``), and a small clean-up (``strip_residual_markup``) removes what it occasionally leaves behind (table rows,
   unexpanded ``{{templates}}``, ``[[links]]``, ``<ref>`` tags).  A dump without a
   ``<siteinfo>`` header (a hand-cut fragment) is copied with a minimal one first, because
   wikiextractor skips every line until it has seen ``</siteinfo>``.
@@ -47,8 +47,8 @@ import tempfile
 from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from data_prep.errors import DataPrepError
-from data_prep.pause_point import pause_point
-from data_prep.tethered_child import tethered_command, tethered_env
+from data_prep.processes.pause_point import pause_point
+from data_prep.processes.tethered_child import tethered_command, tethered_env
 
 # Titles of dropped (empty) articles remembered for the report; the count is always exact.
 MAX_REMEMBERED_TITLES = 100
@@ -216,7 +216,7 @@ _MINIMAL_SITEINFO = (b"  <siteinfo>\n    <namespaces>\n"
 def _plain_copy_with_siteinfo(path: str, folder: str, add_siteinfo: bool) -> str:
     """An uncompressed copy of the dump (streamed) that wikiextractor can read. Named as a
     temporary of this process (``*.tmp-<pid>``, read as plain XML), so that when we are killed
-    the next run over the folder removes it (``data_prep.temporaries``)."""
+    the next run over the folder removes it (``data_prep.processes.temporaries``)."""
     fd, tmp = tempfile.mkstemp(prefix=".wiki-", suffix=f".xml.tmp-{os.getpid()}", dir=folder)
     with _open_maybe_compressed(path) as src, os.fdopen(fd, "wb") as out:
         if add_siteinfo:

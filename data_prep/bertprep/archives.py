@@ -5,7 +5,8 @@ into: ``check_archive`` refuses, before anything is written, every entry that co
 outside it (absolute names, ``..``, links that lead out, devices), and ``extract_archive``
 unpacks into a staging folder and moves each top-level entry into place, so an interruption
 never leaves a half-written entry under its final name. This is about the archive formats
-(zip, tar), not the transfer (``data_prep.fetcher``); ``data_prep.download`` unpacks with it.
+(zip, tar), not the transfer (``data_prep.bertprep.fetcher``); ``data_prep.bertprep.download``
+unpacks with it.
 """
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
 """Static masking: Google's masked-LM choice over a batch of instance rows, vectorised.
 
 ``build_instances`` turns a batch of planned pairs into the features of Google's records
-(``FEATURE_KINDS``): the rows of ``data_prep.instance_rows``, ``num_to_predict`` per row,
+(``FEATURE_KINDS``): the rows of ``data_prep.instances.instance_rows``, ``num_to_predict`` per row,
 a uniformly random subset of the candidates (or whole words with ``do_whole_word_mask``)
 chosen for all rows at once with numpy, and each chosen token replaced by ``[MASK]`` (80 %),
 kept (10 %) or a random id (10 %). The draws are made per batch, so the output of a seed
-depends on ``data_prep.pretraining_data.BATCH_SIZE``.
+depends on ``data_prep.instances.pretraining_data.BATCH_SIZE``.
 """
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ import dataclasses
 
 import numpy as np
 
-from data_prep import tfrecord_writer
-from data_prep.corpus import Corpus
-from data_prep.instance_plan import InstancePlan
-from data_prep.instance_rows import instance_rows, word_starts
-from data_prep.pretraining_data_options import PretrainingDataOptions
-from data_prep.vocab_info import VocabInfo
+from data_prep.instances import tfrecord_writer
+from data_prep.instances.corpus import Corpus
+from data_prep.instances.instance_plan import InstancePlan
+from data_prep.instances.instance_rows import instance_rows, word_starts
+from data_prep.instances.pretraining_data_options import PretrainingDataOptions
+from data_prep.instances.vocab_info import VocabInfo
 
 FEATURE_KINDS = {
     "input_ids": tfrecord_writer.INT64,

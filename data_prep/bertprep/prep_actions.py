@@ -1,5 +1,5 @@
 """The actions of ``bertPrep.py``: each reads what the previous one wrote, found by name in
-the working-dir layout of ``data_prep.prep_layout`` (under ``--working_dir``).
+the working-dir layout of ``data_prep.bertprep.prep_layout`` (under ``--working_dir``).
 
 Downloads keep their file name (the URL's, with ``--url``); archives are unpacked next to
 themselves, once (a ``.<archive>.extracted`` marker records it).  ``books_wiki_en_corpus`` is
@@ -12,12 +12,12 @@ Every file appears under its final name only when complete (temporary name, then
 shards of one ``sharding`` run are renamed together), so "exists" means "done": ``download``
 and ``create_tfrecord_files`` skip what exists, and a rerun after an interruption redoes only
 the unfinished part.  Temporaries of killed runs (``*.tmp-<pid>`` of a dead pid) are deleted
-(``data_prep.temporaries``), and pool workers die with ``bertPrep.py`` however it is killed
-(``data_prep.worker_lifetime``), as do wikiextractor and the processes it forks
-(``data_prep.tethered_child``).
+(``data_prep.processes.temporaries``), and pool workers die with ``bertPrep.py`` however it is
+killed (``data_prep.processes.worker_lifetime``), as do wikiextractor and the processes it forks
+(``data_prep.processes.tethered_child``).
 
-``create_tfrecord_files`` runs ``data_prep.pretraining_data.create_pretraining_tfrecords`` once
-per shard (in ``--n_processes`` worker processes), each shard seeded with
+``create_tfrecord_files`` runs ``data_prep.instances.pretraining_data.create_pretraining_tfrecords``
+once per shard (in ``--n_processes`` worker processes), each shard seeded with
 ``derive_shard_seed(random_seed, shard file name)``: the records do not depend on the number
 of processes nor on which shards were already done.  A failing shard does not stop the others;
 all failures are reported at the end and the exit status is non-zero.
@@ -33,10 +33,10 @@ import sys
 import time
 from typing import Callable, List, Optional, Tuple
 
+from data_prep.bertprep.prep_layout import SPLITS, Layout, PrepOptions, resolve_working_dir
 from data_prep.errors import DataPrepError
-from data_prep.prep_layout import SPLITS, Layout, PrepOptions, resolve_working_dir
-from data_prep.temporaries import remove_stale_temporaries
-from data_prep.worker_lifetime import die_with_parent, pool_context
+from data_prep.processes.temporaries import remove_stale_temporaries
+from data_prep.processes.worker_lifetime import die_with_parent, pool_context
 from reporting.progress import eta
 
 ACTIONS = ("download", "text_formatting", "sharding", "create_tfrecord_files", "create_vocab")
@@ -44,7 +44,7 @@ CORPORA = ("wikicorpus_en", "wikicorpus_zh", "bookscorpus", "books_wiki_en_corpu
 
 
 def _download_datasets() -> Tuple[str, ...]:
-    from data_prep.download import DATASETS
+    from data_prep.bertprep.download import DATASETS
     return tuple(DATASETS)
 
 
@@ -74,9 +74,9 @@ def _say(message: str) -> None:
 # --------------------------------------------------------------------------- download
 
 def action_download(o: PrepOptions, layout: Layout) -> int:
-    from data_prep import download, text_formatting
-    from data_prep.archives import is_archive
-    from data_prep.fetcher import basename_of
+    from data_prep.bertprep import download, text_formatting
+    from data_prep.bertprep.archives import is_archive
+    from data_prep.bertprep.fetcher import basename_of
     if o.dataset == "custom":
         raise DataPrepError("--dataset", "custom text is not downloaded: pass it with --input "
                                          "to --action text_formatting")
@@ -120,7 +120,7 @@ def action_download(o: PrepOptions, layout: Layout) -> int:
 # --------------------------------------------------------------------------- text_formatting
 
 def _wiki_dumps(o: PrepOptions, layout: Layout, dataset: str) -> List[str]:
-    from data_prep.text_formatting import list_input_files
+    from data_prep.bertprep.text_formatting import list_input_files
     if o.input:
         return [f for path in o.input for f in list_input_files(path)]
     folder = layout.download_dir(dataset)
@@ -130,7 +130,7 @@ def _wiki_dumps(o: PrepOptions, layout: Layout, dataset: str) -> List[str]:
 
 
 def _format_one(o: PrepOptions, layout: Layout, dataset: str) -> None:
-    from data_prep import text_formatting as tf
+    from data_prep.bertprep import text_formatting as tf
     out = layout.formatted_file(dataset)
     remove_stale_temporaries(os.path.dirname(out))
     t0 = time.perf_counter()
@@ -219,7 +219,7 @@ def _formatted_inputs(o: PrepOptions, layout: Layout) -> List[str]:
 # --------------------------------------------------------------------------- sharding
 
 def action_sharding(o: PrepOptions, layout: Layout) -> int:
-    from data_prep import sharding
+    from data_prep.bertprep import sharding
     _require_corpus(o)
     options = sharding.ShardingOptions(
         n_training_shards=o.n_training_shards, n_test_shards=o.n_test_shards,
@@ -240,7 +240,7 @@ def action_sharding(o: PrepOptions, layout: Layout) -> int:
 # --------------------------------------------------------------------------- vocab
 
 def action_create_vocab(o: PrepOptions, layout: Layout) -> int:
-    from data_prep import vocab
+    from data_prep.wordpiece import vocab
     _require_corpus(o)
     out = layout.vocab_file(o.dataset, o.do_lower_case)
     os.makedirs(os.path.dirname(out), exist_ok=True)
@@ -294,9 +294,9 @@ def tfrecord_job(shard: str, output: str, vocab_file: str, options_fields: dict
                  ) -> Tuple[bool, str, str]:
     """One shard to one TFRecord file; returns (ok, output, message). Never raises, so one
     shard's failure cannot take down the pool nor be lost in unpickling."""
-    from data_prep.pretraining_data import create_pretraining_tfrecords
-    from data_prep.pretraining_data_options import PretrainingDataOptions
-    from data_prep.vocab_info import load_tokenizer
+    from data_prep.instances.pretraining_data import create_pretraining_tfrecords
+    from data_prep.instances.pretraining_data_options import PretrainingDataOptions
+    from data_prep.instances.vocab_info import load_tokenizer
     t0 = time.perf_counter()
     try:
         options = PretrainingDataOptions(**options_fields)
@@ -314,8 +314,9 @@ def tfrecord_job(shard: str, output: str, vocab_file: str, options_fields: dict
 
 
 def action_create_tfrecord_files(o: PrepOptions, layout: Layout) -> int:
-    from data_prep.pretraining_data_options import PretrainingDataOptions, derive_shard_seed
-    from data_prep.vocab_info import load_tokenizer
+    from data_prep.instances.pretraining_data_options import (PretrainingDataOptions,
+                                                              derive_shard_seed)
+    from data_prep.instances.vocab_info import load_tokenizer
     _require_corpus(o)
     shard_dir = layout.sharded_dir(o.dataset, o)
     shards = list_shards(shard_dir)

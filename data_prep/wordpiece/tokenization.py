@@ -11,12 +11,12 @@ behaviour here is Google's, including where HuggingFace differs:
 
 Two implementations:
 
-* ``BasicTokenizer`` + ``WordpieceTokenizer`` (``data_prep.tokenization_reference``): a
+* ``BasicTokenizer`` + ``WordpieceTokenizer`` (``data_prep.wordpiece.tokenization_reference``): a
   small pure-Python reference, character by character, that documents the algorithm;
 * ``FullTokenizer``'s fast path (this module): the same steps on whole strings with
   C-implemented primitives (``re``, ``str.lower``, ``unicodedata.normalize``,
   ``str.translate``, ``str.split``) driven by tables built from the reference's own
-  predicates (``data_prep.char_classes``); each
+  predicates (``data_prep.wordpiece.char_classes``); each
   distinct word is then split on punctuation and run through WordPiece once, by the
   Rust ``tokenizers`` library, and remembered. Its output is identical (the tests
   check real text and every character class).
@@ -40,10 +40,10 @@ import unicodedata
 
 import numpy as np
 
-from data_prep.char_classes import CharTables, is_punctuation
-from data_prep.tokenization_reference import (CONTINUATION_PREFIX, MAX_INPUT_CHARS_PER_WORD,
-                                              BasicTokenizer, WordpieceTokenizer,
-                                              convert_to_unicode)
+from data_prep.wordpiece.char_classes import CharTables, is_punctuation
+from data_prep.wordpiece.tokenization_reference import (CONTINUATION_PREFIX,
+                                                        MAX_INPUT_CHARS_PER_WORD, BasicTokenizer,
+                                                        WordpieceTokenizer, convert_to_unicode)
 
 # Tokens that BERT pre-training and fine-tuning insert; a vocab without them is unusable.
 SPECIAL_TOKENS = ("[UNK]", "[CLS]", "[SEP]", "[MASK]")

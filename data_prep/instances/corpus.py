@@ -3,8 +3,8 @@
 Input: one sentence per line, a blank (or whitespace-only) line between documents; each
 input file also ends the current document. Every line of a shard is tokenized once, in
 batch calls (``FullTokenizer.encode_batch_flat``), optionally split over forked helper
-processes (``data_prep.forked``), into one flat id array with sentence and document offsets,
-so that the ``dupe_factor`` passes, the planning and the batched instance building work on
+processes (``data_prep.processes.forked``), into one flat id array with sentence and document
+offsets, so that the ``dupe_factor`` passes, the planning and the batched instance building work on
 spans of that array instead of Python lists.
 """
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import Iterable, List, Sequence, Union
 import numpy as np
 from absl import logging
 
-from data_prep import forked
 from data_prep.errors import DataPrepError
-from data_prep.temporaries import is_temporary
+from data_prep.processes import forked
+from data_prep.processes.temporaries import is_temporary
 
 # Lines handed to the tokenizer per call (bounds the memory of the Python id lists).
 TOKENIZE_LINES = 1 << 18
@@ -141,7 +141,7 @@ def encode_lines(tokenizer, lines: List[str]) -> "tuple[np.ndarray, np.ndarray]"
 def encode_lines_in_processes(tokenizer, lines: List[str],
                               processes: int) -> "tuple[np.ndarray, np.ndarray]":
     """``encode_lines``, on up to ``processes`` contiguous parts of the lines at once (forked
-    helpers, ``data_prep.forked``); the same arrays for any number."""
+    helpers, ``data_prep.processes.forked``); the same arrays for any number."""
     processes = min(processes, len(lines) // MIN_LINES_PER_PROCESS)
     if processes <= 1 or not forked.fork_is_safe():
         return encode_lines(tokenizer, lines)

@@ -3,8 +3,8 @@
 ``plan_instances`` runs Google's next-sentence logic over all documents and ``dupe_factor``
 passes, and records each instance as spans (start, length) of A and B in ``Corpus.tokens``
 instead of copying tokens; ``truncate_plan`` applies Google's ``truncate_seq_pair`` to those
-spans in closed form (see ``data_prep.pretraining_data`` for the algorithm). Both static and
-dynamic masking build their rows from the same plan, so for one seed their instances agree.
+spans in closed form (see ``data_prep.instances.pretraining_data`` for the algorithm). Both static
+and dynamic masking build their rows from the same plan, so for one seed their instances agree.
 """
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import dataclasses
 import numpy as np
 from absl import logging
 
-from data_prep.corpus import Corpus
-from data_prep.pretraining_data_options import PretrainingDataOptions
+from data_prep.instances.corpus import Corpus
+from data_prep.instances.pretraining_data_options import PretrainingDataOptions
 
 
 @dataclasses.dataclass
