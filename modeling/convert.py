@@ -167,12 +167,30 @@ def config_from_hf(hf_config_path):
     return BertConfig.from_dict({k: values[k] for k in keep if k in values}, source=hf_config_path)
 
 
-def config_to_hf(config, architecture="BertForPreTraining"):
+def config_to_hf(config, architecture="BertForPreTraining", num_labels=None):
+    """HuggingFace's config.json for `config`; `num_labels` for a classifier's head (1: a
+    regression such as STS-B, which HF then trains and scores as one)."""
     values = {k: v for k, v in config.to_dict().items()}
     values.update({"architectures": [architecture], "model_type": "bert",
                    "layer_norm_eps": config.layer_norm_eps, "pad_token_id": 0,
                    "position_embedding_type": "absolute"})
+    if num_labels is not None:
+        values["id2label"] = {str(index): f"LABEL_{index}" for index in range(num_labels)}
+        values["label2id"] = {f"LABEL_{index}": index for index in range(num_labels)}
     return values
+
+
+def hf_architecture(weights):
+    """The HuggingFace model class whose keys `weights` (HF names) hold: the heads decide.
+    A fine-tuned classifier or SQuAD model must name its task's class (and a classifier its
+    number of labels), or AutoModel and HF's pipelines build another model around it."""
+    if "cls.predictions.bias" in weights:
+        return "BertForPreTraining"
+    if "classifier.weight" in weights:
+        return "BertForSequenceClassification"
+    if "qa_outputs.weight" in weights:
+        return "BertForQuestionAnswering"
+    return "BertModel"
 
 
 def write_tf_checkpoint(variables, checkpoint_prefix):
@@ -236,7 +254,9 @@ def hf_to_tf(hf_dir, output_dir):
 
 
 def tf_to_hf(tf_checkpoint, bert_config_file, vocab_file, output_dir):
-    """Google checkpoint -> HuggingFace folder (safetensors). Returns output_dir."""
+    """Google checkpoint -> HuggingFace folder (safetensors), loadable by the HF class its heads
+    call for (`hf_architecture`: BertForPreTraining, BertForSequenceClassification,
+    BertForQuestionAnswering or BertModel). Returns output_dir."""
     from safetensors.numpy import save_file
     config = BertConfig.from_json_file(bert_config_file)
     weights = {}
@@ -249,14 +269,17 @@ def tf_to_hf(tf_checkpoint, bert_config_file, vocab_file, output_dir):
     if "cls.predictions.bias" in weights:  # HF's decoder is tied to the word embeddings
         weights["cls.predictions.decoder.weight"] = weights["bert.embeddings.word_embeddings.weight"]
         weights["cls.predictions.decoder.bias"] = weights["cls.predictions.bias"]
-    architecture = "BertForPreTraining" if "cls.predictions.bias" in weights else "BertModel"
+    architecture = hf_architecture(weights)
     if architecture == "BertModel":  # plain encoder: HF expects keys without the prefix
         weights = {k[len("bert."):] if k.startswith("bert.") else k: v for k, v in weights.items()}
+    num_labels = (weights["classifier.weight"].shape[0]
+                  if architecture == "BertForSequenceClassification" else None)
     tmp_dir = f"{output_dir.rstrip('/')}.tmp-{os.getpid()}"
     os.makedirs(tmp_dir, exist_ok=True)
     save_file(weights, os.path.join(tmp_dir, "model.safetensors"), metadata={"format": "pt"})
     with open(os.path.join(tmp_dir, "config.json"), "w", encoding="utf-8") as writer:
-        json.dump(config_to_hf(config, architecture), writer, indent=2, sort_keys=True)
+        json.dump(config_to_hf(config, architecture, num_labels), writer, indent=2,
+                  sort_keys=True)
     shutil.copyfile(vocab_file, os.path.join(tmp_dir, "vocab.txt"))
     _replace_dir(tmp_dir, output_dir)
     return output_dir

@@ -125,13 +125,9 @@ def test_round_trip_ours_google_hf_ours(minilm_dir, converted, batch, tmp_path):
         np.testing.assert_array_equal(original[name], returned[name])
 
 
-def test_pretraining_heads_round_trip_through_huggingface(tmp_path):
-    """Heads (cls/predictions, cls/seq_relationship) map both ways, decoder tied."""
-    import torch
-    from transformers import BertConfig as HFConfig, BertForPreTraining
-    from modeling import named_config
-    config = named_config("tiny").replace(vocab_size=50)
-    rng = np.random.default_rng(0)
+def _random_tiny_bert(config, rng, heads):
+    """Google-named float32 variables of a tiny BERT (embeddings, encoder, pooler) plus
+    `heads` ({name: shape}), random."""
     h, i, v = config.hidden_size, config.intermediate_size, config.vocab_size
     variables = {"bert/embeddings/word_embeddings": rng.normal(size=(v, h)),
                  "bert/embeddings/position_embeddings": rng.normal(size=(512, h)),
@@ -139,14 +135,8 @@ def test_pretraining_heads_round_trip_through_huggingface(tmp_path):
                  "bert/embeddings/LayerNorm/gamma": rng.normal(size=h),
                  "bert/embeddings/LayerNorm/beta": rng.normal(size=h),
                  "bert/pooler/dense/kernel": rng.normal(size=(h, h)),
-                 "bert/pooler/dense/bias": rng.normal(size=h),
-                 "cls/predictions/transform/dense/kernel": rng.normal(size=(h, h)),
-                 "cls/predictions/transform/dense/bias": rng.normal(size=h),
-                 "cls/predictions/transform/LayerNorm/gamma": rng.normal(size=h),
-                 "cls/predictions/transform/LayerNorm/beta": rng.normal(size=h),
-                 "cls/predictions/output_bias": rng.normal(size=v),
-                 "cls/seq_relationship/output_weights": rng.normal(size=(2, h)),
-                 "cls/seq_relationship/output_bias": rng.normal(size=2)}
+                 "bert/pooler/dense/bias": rng.normal(size=h)}
+    variables.update({name: rng.normal(size=shape) for name, shape in heads.items()})
     for layer in range(config.num_hidden_layers):
         p = f"bert/encoder/layer_{layer}/"
         for name, shape in [("attention/self/query", (h, h)), ("attention/self/key", (h, h)),
@@ -157,11 +147,32 @@ def test_pretraining_heads_round_trip_through_huggingface(tmp_path):
         for name in ("attention/output/LayerNorm", "output/LayerNorm"):
             variables[p + name + "/gamma"] = rng.normal(size=h)
             variables[p + name + "/beta"] = rng.normal(size=h)
-    variables = {k: np.asarray(val, np.float32) for k, val in variables.items()}
+    return {k: np.asarray(val, np.float32) for k, val in variables.items()}
+
+
+def _write_google_checkpoint(tmp_path, config, variables):
     ckpt = str(tmp_path / "model.ckpt")
     write_tf_checkpoint(variables, ckpt)
     config.to_json_file(str(tmp_path / "bert_config.json"))
-    (tmp_path / "vocab.txt").write_text("\n".join(f"t{n}" for n in range(v)))
+    (tmp_path / "vocab.txt").write_text("\n".join(f"t{n}" for n in range(config.vocab_size)))
+    return ckpt
+
+
+def test_pretraining_heads_round_trip_through_huggingface(tmp_path):
+    """Heads (cls/predictions, cls/seq_relationship) map both ways, decoder tied."""
+    from transformers import BertConfig as HFConfig, BertForPreTraining
+    from modeling import named_config
+    config = named_config("tiny").replace(vocab_size=50)
+    h, v = config.hidden_size, config.vocab_size
+    variables = _random_tiny_bert(config, np.random.default_rng(0), {
+        "cls/predictions/transform/dense/kernel": (h, h),
+        "cls/predictions/transform/dense/bias": (h,),
+        "cls/predictions/transform/LayerNorm/gamma": (h,),
+        "cls/predictions/transform/LayerNorm/beta": (h,),
+        "cls/predictions/output_bias": (v,),
+        "cls/seq_relationship/output_weights": (2, h),
+        "cls/seq_relationship/output_bias": (2,)})
+    ckpt = _write_google_checkpoint(tmp_path, config, variables)
     hf_dir = tf_to_hf(ckpt, str(tmp_path / "bert_config.json"), str(tmp_path / "vocab.txt"),
                       str(tmp_path / "hf"))
     model = BertForPreTraining.from_pretrained(hf_dir)
@@ -173,6 +184,50 @@ def test_pretraining_heads_round_trip_through_huggingface(tmp_path):
     np.testing.assert_array_equal(state["cls.predictions.decoder.weight"].numpy(),
                                   variables["bert/embeddings/word_embeddings"])
     assert isinstance(HFConfig.from_pretrained(hf_dir), HFConfig)
+    back = read_tf_checkpoint(hf_to_tf(hf_dir, str(tmp_path / "back")))
+    assert back.keys() == variables.keys()
+    for name in variables:
+        np.testing.assert_array_equal(back[name], variables[name])
+
+
+@pytest.mark.parametrize("head, num_labels", [("classifier", 3), ("classifier", 1),
+                                              ("squad", None)])
+def test_fine_tuned_heads_load_into_huggingfaces_task_models(tmp_path, head, num_labels):
+    """A fine-tuned classifier (Google's top-level output_weights/output_bias; 1 label: STS-B's
+    regression) or SQuAD model (cls/squad/...) converts to a folder that names the HF class
+    of its task and its number of labels, which loads every weight, head included, and
+    converts back unchanged. (It used to name a plain BertModel and no labels: HF refused a
+    classifier of other than 2 labels, and AutoModel or a pipeline took the wrong class.)"""
+    import torch
+    import transformers
+    from modeling import named_config
+    config = named_config("tiny").replace(vocab_size=50)
+    h = config.hidden_size
+    heads = ({"output_weights": (num_labels, h), "output_bias": (num_labels,)}
+             if head == "classifier" else
+             {"cls/squad/output_weights": (2, h), "cls/squad/output_bias": (2,)})
+    variables = _random_tiny_bert(config, np.random.default_rng(1), heads)
+    ckpt = _write_google_checkpoint(tmp_path, config, variables)
+    hf_dir = tf_to_hf(ckpt, str(tmp_path / "bert_config.json"), str(tmp_path / "vocab.txt"),
+                      str(tmp_path / "hf"))
+    task_class = (transformers.BertForSequenceClassification if head == "classifier"
+                  else transformers.BertForQuestionAnswering)
+    assert transformers.AutoConfig.from_pretrained(hf_dir).architectures == [
+        task_class.__name__]
+    model, info = task_class.from_pretrained(hf_dir, output_loading_info=True)
+    assert info["missing_keys"] in ([], set()), info["missing_keys"]
+    state = model.state_dict()
+    if head == "classifier":
+        assert model.config.num_labels == num_labels
+        np.testing.assert_array_equal(state["classifier.weight"].numpy(),
+                                      variables["output_weights"])
+        np.testing.assert_array_equal(state["classifier.bias"].numpy(), variables["output_bias"])
+    else:
+        np.testing.assert_array_equal(state["qa_outputs.weight"].numpy(),
+                                      variables["cls/squad/output_weights"])
+    np.testing.assert_array_equal(
+        state["bert.encoder.layer.0.attention.self.query.weight"].numpy(),
+        variables["bert/encoder/layer_0/attention/self/query/kernel"].T)
     back = read_tf_checkpoint(hf_to_tf(hf_dir, str(tmp_path / "back")))
     assert back.keys() == variables.keys()
     for name in variables:
