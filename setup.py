@@ -59,7 +59,7 @@ setup(
             "bert-squad=cli.finetune:SQUAD.run",                         # run_squad.py
             "bert-inference=cli.inference:COMMAND.run",                  # inference.py
             "bert-extract-features=cli.extract_features:COMMAND.run",
-            "bert-convert-checkpoint=cli.convert_checkpoint:main",  # python -m cli.convert_checkpoint
+            "bert-convert-checkpoint=cli.convert_checkpoint:main",
             "bert-demo=cli.demo:COMMAND.run",                            # demo.py
         ],
     },

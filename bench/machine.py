@@ -35,8 +35,8 @@ def cpu_name(fields=None):
     details = []
     if "cpu family" in fields:
         family = int(fields["cpu family"])
-        generation = AMD_FAMILIES.get(family) if "AMD" in fields.get("vendor_id", "") + \
-            fields["model name"] else None
+        amd = fields.get("vendor_id") == "AuthenticAMD"
+        generation = AMD_FAMILIES.get(family) if amd else None
         details.append(f"family {family} model {fields.get('model', '?')}"
                        + (f": {generation}" if generation else ""))
     flags = set(fields.get("flags", "").split())

@@ -55,7 +55,7 @@ def _output_dir(flags):
     return flags.output_dir
 
 
-GLUE = Command("run_classifier", GLUE_DOC, define_classifier_flags, _main("ClassifierTask", "ClassifierOptions"),
-               REQUIRED, _output_dir)
-SQUAD = Command("run_squad", SQUAD_DOC, define_squad_flags, _main("SquadTask", "SquadOptions"), REQUIRED,
-                _output_dir)
+GLUE = Command("run_classifier", GLUE_DOC, define_classifier_flags,
+               _main("ClassifierTask", "ClassifierOptions"), REQUIRED, _output_dir)
+SQUAD = Command("run_squad", SQUAD_DOC, define_squad_flags, _main("SquadTask", "SquadOptions"),
+                REQUIRED, _output_dir)

@@ -174,12 +174,13 @@ class SquadTask:
 
     @classmethod
     def from_options(cls, options):
-        iterations = getattr(options, "num_eval_iterations", None)
-        return cls(options.train_file, options.predict_file, options.max_seq_length, options.doc_stride,
-                   options.max_query_length, options.n_best_size, options.max_answer_length,
-                   options.version_2_with_negative, options.null_score_diff_threshold,
-                   options.do_lower_case, options.verbose_logging, options.seed,
-                   getattr(options, "eval_script", None),
+        """From `finetuning.options.SquadOptions`."""
+        iterations = options.num_eval_iterations
+        return cls(options.train_file, options.predict_file, options.max_seq_length,
+                   options.doc_stride, options.max_query_length, options.n_best_size,
+                   options.max_answer_length, options.version_2_with_negative,
+                   options.null_score_diff_threshold, options.do_lower_case,
+                   options.verbose_logging, options.seed, options.eval_script,
                    iterations * options.predict_batch_size if iterations else None)
 
     def validate_options(self, options):

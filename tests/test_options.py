@@ -68,6 +68,5 @@ def test_options_made_in_process_say_what_the_caller_chose():
     chosen = PretrainingOptions.of(amp=True, amp_dtype="bfloat16")
     assert chosen.given == {"amp", "amp_dtype"} and resolve(chosen, gpu=False).amp
     assert not resolve(PretrainingOptions(), gpu=False).amp
-    assert chosen.replace(use_xla=True).given == {"amp", "amp_dtype", "use_xla"}
     with pytest.raises(TypeError):
         PretrainingOptions.of(no_such_option=1)

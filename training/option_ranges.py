@@ -129,19 +129,12 @@ RANGES = {
 }
 
 
-def _values(options):
-    """(name, value) of `options`: parsed absl flags or a plain namespace of values."""
-    if hasattr(options, "flag_values_dict"):
-        return options.flag_values_dict().items()
-    return vars(options).items()
-
-
 def out_of_range(options):
-    """`--name=value: must be ...` for the first numeric option of `options` (absl flags or a
-    plain namespace) whose value is outside its range, or None. For values set without
-    parsing (a caller that builds them in-process, where no validator runs): the same table,
-    the same words."""
-    for name, value in _values(options):
+    """`--name=value: must be ...` for the first numeric option of `options` (a job's options,
+    `training.options.RunOptions`, or a plain namespace) whose value is outside its range, or
+    None. For values set without parsing (a caller that builds them in-process, where no
+    validator runs): the same table, the same words."""
+    for name, value in vars(options).items():
         allowed = RANGES.get(name)
         if allowed is None or isinstance(value, bool) or not isinstance(value, (int, float)):
             continue

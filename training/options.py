@@ -25,10 +25,6 @@ class RunOptions:
         """Options with `values` chosen and everything else at its default."""
         return cls(**values, given=frozenset(values))
 
-    def replace(self, **values):
-        """A copy with `values` chosen as well."""
-        return dataclasses.replace(self, **values, given=self.given | frozenset(values))
-
     @classmethod
     def names(cls):
         """The options' names (`given` aside), in the order they are stated."""

@@ -16,8 +16,9 @@ Sources:
   its subject already, and a bare title is not a sentence (it would become a one-"sentence"
   segment for NSP).  Section headings stay, as the short lines wikiextractor makes of them.
   wikiextractor is run with ``--html-safe ''`` so that entities come out as characters (``&``
-  not ``&amp;``), and a small clean-up (``strip_residual_markup``) removes what it occasionally leaves behind (table rows,
-  unexpanded ``{{templates}}``, ``[[links]]``, ``<ref>`` tags).  A dump without a
+  not ``&amp;``), and a small clean-up (``strip_residual_markup``) removes what it
+  occasionally leaves behind (table rows, unexpanded ``{{templates}}``, ``[[links]]``,
+  ``<ref>`` tags).  A dump without a
   ``<siteinfo>`` header (a hand-cut fragment) is copied with a minimal one first, because
   wikiextractor skips every line until it has seen ``</siteinfo>``.
 * BookCorpus-style folders of ``.txt`` books (``format_books``): one book per line, with the
