@@ -18,8 +18,9 @@ Two implementations:
   ``str.translate``, ``str.split``) driven by tables built from the reference's own
   predicates (``data_prep.wordpiece.char_classes``); each
   distinct word is then split on punctuation and run through WordPiece once, by the
-  Rust ``tokenizers`` library, and remembered. Its output is identical (the tests
-  check real text and every character class).
+  Rust ``tokenizers`` library (for pre-training data, all distinct words of a batch in
+  one call). Its output is identical (the tests check real text and every character
+  class).
 
 Why not ``tokenizers``' own ``BertNormalizer``/``BertPreTokenizer``: they carry
 older Unicode tables than Python's ``unicodedata`` and, scanned over every code
@@ -163,8 +164,9 @@ def load_vocab(vocab_file, required_tokens=SPECIAL_TOKENS):
 # ---------------------------------------------------------------------------
 # Fast path: the reference's steps on whole strings.
 
-def _split_words(text, do_lower_case, tables):
-    """``BasicTokenizer.tokenize`` without its final punctuation split.
+def _normalized(text, do_lower_case, tables):
+    """``BasicTokenizer.tokenize`` without its final punctuation split, up to the split on
+    whitespace.
 
     Same steps in the same order, on the whole string, with C-implemented str, re and
     unicodedata operations. Whole-string lower() and NFD equal Google's per-word ones:
@@ -172,14 +174,54 @@ def _split_words(text, do_lower_case, tables):
     never reach across whitespace. Whitespace is not turned into spaces first because
     str.split() splits on all of it, exactly the characters Google ends up splitting on.
     """
-    text = tables.removed.sub("", convert_to_unicode(text))
+    return _normalized_clean(tables.removed.sub("", convert_to_unicode(text)), do_lower_case,
+                             tables)
+
+
+def _normalized_clean(text, do_lower_case, tables):
+    """``_normalized`` of a text already rid of the characters cleaning removes."""
     if not text.isascii():
         text = " ".join(tables.cjk.split(text))
     if do_lower_case:
         text = text.lower()
         if not text.isascii():
             text = unicodedata.normalize("NFD", text).translate(tables.marks)
-    return text.split()
+    return text
+
+
+def _split_words(text, do_lower_case, tables):
+    """The words of one text (see ``_normalized``)."""
+    return _normalized(text, do_lower_case, tables).split()
+
+
+def _split_many(texts, do_lower_case, tables):
+    """``_split_words`` of each text, with the common case inline: a text that is ASCII
+    once cleaned needs no CJK split, NFD or mark removal (a call per text is a sizeable
+    share of tokenizing for pre-training data)."""
+    clean, word_lists = tables.removed.sub, []
+    append = word_lists.append
+    for text in texts:
+        if type(text) is not str:  # bytes
+            text = convert_to_unicode(text)
+        text = clean("", text)
+        if text.isascii():
+            append(text.lower().split() if do_lower_case else text.split())
+        else:
+            append(_normalized_clean(text, do_lower_case, tables).split())
+    return word_lists
+
+
+def _gather(table, length, which, words_per_text):
+    """(ids of all texts, one after another; ids per text) from the ids of the distinct
+    words (``table``, ``length`` of each) and which distinct word each word is."""
+    start = np.cumsum(length) - length                   # of each distinct word in table
+    per_word = length[which]                             # ids of each word of the texts
+    word_ends = np.concatenate([[0], np.cumsum(per_word)])
+    # Id k of the output is table[start[word] + (k - first output id of that word)].
+    flat = table[np.repeat(start[which] - word_ends[:-1], per_word)
+                 + np.arange(int(word_ends[-1]))]
+    text_ends = np.cumsum(words_per_text)
+    return flat, word_ends[text_ends] - word_ends[text_ends - words_per_text]
 
 
 # ---------------------------------------------------------------------------
@@ -225,6 +267,7 @@ class FullTokenizer:
             self._tables = CharTables.get()
             self._rust = _rust_wordpiece(self.vocab, self.unk_token)
             self._word_cache = {}
+            self._continuation = None
         self.inv_vocab = {i: t for t, i in self.vocab.items()}
         self._id_to_token = [self.inv_vocab[i] for i in range(len(self.vocab))]
         self.unk_id = self.vocab[self.unk_token]
@@ -267,27 +310,50 @@ class FullTokenizer:
             counts = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
             return (np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int32,
                                 count=int(counts.sum())), counts)
-        word_lists, word_ids = self._words_and_ids(texts)
+        word_lists = _split_many(texts, self.do_lower_case, self._tables)
         words_per_text = np.fromiter(map(len, word_lists), dtype=np.int64,
                                      count=len(word_lists))
         words = list(itertools.chain.from_iterable(word_lists))
-        distinct = list(dict.fromkeys(words))  # this batch's words, each once
-        position = {word: index for index, word in enumerate(distinct)}
+        del word_lists
+        position = dict(zip(dict.fromkeys(words), itertools.count()))  # distinct words, in order
         which = np.fromiter(map(position.__getitem__, words), dtype=np.int64, count=len(words))
-        pieces = [word_ids[word] for word in distinct]
+        table, length = self._wordpiece_table(list(position))
+        return _gather(table, length, which, words_per_text)
+
+    def _wordpiece_table(self, words):
+        """(the WordPiece ids of ``words`` one after another, int32; how many each has).
+
+        One Rust call on all the words joined, rather than one per word: the per-word
+        results (an ``Encoding`` and a Python list each) cost twice the WordPiece work.
+        Which word a piece belongs to is found from where the pieces start: a word's first
+        piece never begins with ``##`` (a word holds no ``#`` but as punctuation, which is
+        a piece of its own) and every further piece does.
+        """
+        punctuation = self._tables.punctuation
+        if self._rust is not None:
+            punctuation_split = "\n".join(words).translate(punctuation)
+            parts = np.fromiter(map(len, map(str.split, punctuation_split.split("\n"))),
+                                dtype=np.int64, count=len(words))  # pre-tokens of each word
+            encode = getattr(self._rust, "encode_batch_fast", self._rust.encode_batch)
+            ids = np.array(encode([punctuation_split], add_special_tokens=False)[0].ids,
+                           dtype=np.int32)
+            piece_starts = ~self._continuation_ids()[ids]
+            if int(piece_starts.sum()) == int(parts.sum()):
+                pre_token = np.cumsum(piece_starts) - 1
+                word = np.searchsorted(np.cumsum(parts), pre_token, side="right")
+                return ids, np.bincount(word, minlength=len(words)).astype(np.int64)
+        # `tokenizers` missing, or a vocabulary whose pieces defeat the rule: word by word.
+        pieces = self._wordpiece_ids([w.translate(punctuation) for w in words])
         length = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
-        table = np.fromiter(itertools.chain.from_iterable(pieces), dtype=np.int32,
-                            count=int(length.sum()))
-        start = np.cumsum(length) - length                   # of each distinct word in table
-        per_word = length[which]                             # ids of each word of the texts
-        total = int(per_word.sum())
-        # Id k of the output is table[start[word] + (k - first output id of that word)].
-        first = np.cumsum(per_word) - per_word
-        flat = table[np.repeat(start[which] - first, per_word) + np.arange(total)]
-        ends = np.cumsum(words_per_text)
-        word_ends = np.concatenate([[0], np.cumsum(per_word)])
-        counts = word_ends[ends] - word_ends[ends - words_per_text]
-        return flat, counts
+        return (np.fromiter(itertools.chain.from_iterable(pieces), dtype=np.int32,
+                            count=int(length.sum())), length)
+
+    def _continuation_ids(self):
+        """A bool per vocabulary id: whether the piece continues a word (``##...``)."""
+        if self._continuation is None:
+            self._continuation = np.array(
+                [t.startswith(CONTINUATION_PREFIX) for t in self._id_to_token], dtype=bool)
+        return self._continuation
 
     def tokenize_reference(self, text):
         """The pure-Python reference (slow); ``tokenize`` must always agree with it."""
@@ -306,7 +372,7 @@ class FullTokenizer:
         There are far fewer distinct words than words, so each distinct word is split on
         punctuation and run through WordPiece (in Rust) once, then remembered.
         """
-        word_lists = [_split_words(t, self.do_lower_case, self._tables) for t in texts]
+        word_lists = _split_many(texts, self.do_lower_case, self._tables)
         table = self._word_cache
         new = {word for words in word_lists for word in words if word not in table}
         if len(table) + len(new) > self.word_cache_size:
