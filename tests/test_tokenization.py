@@ -398,6 +398,16 @@ def test_batch_equals_per_line(minilm_vocab, book_lines):
     assert counts.tolist() == [len(e) for e in expected]
     assert flat.dtype == np.int32 and flat.tolist() == [i for e in expected for i in e]
     assert [a.tolist() for a in FullTokenizer(minilm_vocab).encode_batch_flat([])] == [[], []]
+    # Its safety nets give the same ids: WordPiece word by word where the pieces cannot be
+    # told apart by their "##" (forced here), or where `tokenizers` is missing.
+    untold = FullTokenizer(minilm_vocab)
+    untold._continuation = np.zeros(untold.vocab_size, dtype=bool)
+    no_rust = FullTokenizer(minilm_vocab)
+    no_rust._rust = None
+    for tokenizer in (untold, no_rust):
+        flat_again, counts_again = tokenizer.encode_batch_flat(texts)
+        assert flat_again.tolist() == flat.tolist()
+        assert counts_again.tolist() == counts.tolist()
 
     small_cache = FullTokenizer(minilm_vocab)
     small_cache.word_cache_size = 500  # forces the cache to be dropped and refilled
