@@ -36,7 +36,8 @@ from data_prep.instances.corpus import read_corpus  # noqa: E402
 from data_prep.instances.instance_plan import plan_instances, truncate_plan  # noqa: E402
 from data_prep.instances.masked_instances import build_instances  # noqa: E402
 from data_prep.instances.packing import pack_instances, padding_fraction  # noqa: E402
-from data_prep.instances.pretraining_data import BATCH_SIZE, _random_streams  # noqa: E402
+from data_prep.instances.batch_writing import BATCH_SIZE  # noqa: E402
+from data_prep.instances.pretraining_data import _random_streams  # noqa: E402
 from data_prep.instances.pretraining_data_options import PretrainingDataOptions  # noqa: E402
 from data_prep.instances.vocab_info import VocabInfo, load_tokenizer  # noqa: E402
 
@@ -131,8 +132,8 @@ def main():
     if args.corpus:
         corpora[os.path.basename(args.corpus)] = [args.corpus]
     lengths = list(map(int, args.lengths.split(",")))
-    print(f"| corpus | seq | seed | instances | rows | instances/row | padding before | "
-          f"padding after | packing instances/s |")
+    print("| corpus | seq | seed | instances | rows | instances/row | padding before | "
+          "padding after | packing instances/s |")
     print("|---|---|---|---|---|---|---|---|---|")
     for name, files in corpora.items():
         for length in lengths:

@@ -42,7 +42,11 @@ class Command:
     define_flags(flag_values); main(flag_values) -> exit status;
     log_folder(flag_values) -> the folder of the log file (None: no log file unless
     --log_dir); console_level: the lowest level of the command's own log records shown on
-    the console (INFO for a command whose INFO lines are its output)."""
+    the console (INFO for a command whose INFO lines are its output);
+    exit_without_teardown: run from its command line, end the process as soon as `main`
+    returns, once the output streams and log handlers are flushed, instead of freeing every
+    object first (for a command that is over in a second and leaves large data behind:
+    teardown was 6% of `create_pretraining_data` on a 3.5 MB shard)."""
     name: str
     doc: str
     define_flags: Callable
@@ -50,9 +54,11 @@ class Command:
     required: Sequence[str] = ()
     log_folder: Callable = lambda flag_values: None
     console_level: int = logging.WARNING
+    exit_without_teardown: bool = False
 
     def run(self, argv: Optional[Sequence[str]] = None):
         """Parses the command line (sys.argv) and runs the command; exits with its status."""
+        from_command_line = argv is None  # not a caller in this process, which goes on
         argv = list(sys.argv if argv is None else argv)
         prepare_process(argv)
         self.define_flags(flags.FLAGS)
@@ -69,9 +75,25 @@ class Command:
             values = flags.FLAGS
             console.start(self.name, values.log_dir or self.log_folder(values),
                           self.console_level)
-            return self.main(values)
+            status = self.main(values)
+            if self.exit_without_teardown and from_command_line:
+                _exit_now(status)
+            return status
 
         app.run(main, argv=argv, flags_parser=_parse_flags)
+
+
+def _exit_now(status):
+    """Ends the process with `status` (0 for None) at once: log handlers flushed and
+    closed, the output streams flushed, no object freed (os._exit skips the interpreter's
+    teardown, and with it atexit functions and finalizers; nothing of ours needs them)."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed, or a reader that went away
+            pass
+    os._exit(status or 0)
 
 
 def _parse_flags(argv):

@@ -88,4 +88,4 @@ def main(flags):
 
 COMMAND = Command("create_pretraining_data", __doc__, define_flags, main,
                   required=("input_file", "output_file", "vocab_file"),
-                  console_level=logging.INFO)
+                  console_level=logging.INFO, exit_without_teardown=True)

@@ -110,47 +110,81 @@ def test_helpers_tokenize_their_parts_in_order_and_fail_safely():
     assert out["children_left"] is False
 
 
-_SERIALISE = r"""
+_BUILD = r"""
 import hashlib, json, logging, os, sys
-from data_prep.instances import pretraining_data
+from data_prep.instances import batch_writing, pretraining_data
 from data_prep.instances.pretraining_data_options import PretrainingDataOptions
-from data_prep.processes import forked
 
-pretraining_data.BATCH_SIZE = 256  # several batches from a small corpus (same for every run)
+batch_writing.BATCH_SIZE = 256  # several batches from a small corpus (same for every run)
 parent = os.getpid()
-seen = {"helpers": set(), "calls": 0}
-submit = forked.ForkedWorker.submit
-def recorded(self, function, *args):
-    seen["helpers"].add(self.pid)
-    seen["calls"] += 1
-    return submit(self, function, *args)
-forked.ForkedWorker.submit = recorded
-serialise = pretraining_data.serialised_rows
-def dies_in_the_helper_at_batch_3(features, kinds, n_out, records_before):
-    if os.getpid() != parent and records_before >= 2 * 256:
-        os._exit(3)
+corpus, vocab, folder = sys.argv[1:4]
+calls = os.path.join(folder, "calls.txt")
+serialise = batch_writing.serialised_rows
+def recorded(features, kinds, n_out, records_before):  # which process serialised which batch
+    with open(calls, "a") as log:
+        log.write(f"{os.getpid()} {records_before}\n")
+    if FAIL and os.getpid() != parent and records_before >= 3 * 256:
+        os._exit(3)  # a helper dies at its second batch
     return serialise(features, kinds, n_out, records_before)
+batch_writing.serialised_rows = recorded
 warnings = []
 logging.getLogger("absl").addHandler(type("H", (logging.Handler,), {
     "emit": lambda self, record: warnings.append(record.getMessage())})())
-corpus, vocab, folder = sys.argv[1:4]
+VARIANTS = {"static": {}, "whole_word": {"do_whole_word_mask": True},
+            "dynamic": {"masking": "dynamic"}, "packed": {"max_sequences_per_row": 3}}
 out = {}
-for name, processes in (("one", 1), ("two", 2), ("failing", 2)):
-    if name == "failing":
-        pretraining_data.serialised_rows = dies_in_the_helper_at_batch_3
-    path = os.path.join(folder, f"{name}.tfrecord")
-    stats = pretraining_data.create_pretraining_tfrecords(
-        corpus, path, vocab,
-        PretrainingDataOptions(dupe_factor=1, max_seq_length=32),
-        log_instances=0, processes=processes)
-    with open(path, "rb") as reader:
-        out[name] = {"sha": hashlib.sha256(reader.read()).hexdigest(),
-                     "instances": stats.instances, "helpers": len(seen["helpers"] - {None}),
-                     "calls": seen["calls"], "warnings": list(warnings)}
-    seen["helpers"].clear()
-    seen["calls"] = 0
-    warnings.clear()
+for variant, options in VARIANTS.items():
+    for name, processes, FAIL in (("one", 1, False), ("two", 2, False), ("three", 3, False),
+                                  ("failing", 2, True)):
+        if variant != "static" and name == "failing":
+            continue
+        path = os.path.join(folder, f"{variant}_{name}.tfrecord")
+        if os.path.exists(calls):
+            os.remove(calls)
+        stats = pretraining_data.create_pretraining_tfrecords(
+            corpus, path, vocab,
+            PretrainingDataOptions(dupe_factor=1, max_seq_length=32, **options),
+            log_instances=0, processes=processes)
+        with open(path, "rb") as reader, open(calls) as log:
+            out[f"{variant}_{name}"] = {
+                "sha": hashlib.sha256(reader.read()).hexdigest(),
+                "instances": stats.instances, "warnings": list(warnings),
+                "calls": [[int(pid) == parent, int(first)] for pid, first in map(str.split, log)]}
+        warnings.clear()
 """
+
+
+def test_batches_are_built_by_helpers_into_the_same_bytes(minilm_vocab, tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n\n".join(
+        "\n".join(f"Sentence {s} of document {d} says a few more words." for s in range(12))
+        for d in range(200)) + "\n")
+    proc = _python("-c", _BUILD + _REPORT, str(corpus), minilm_vocab, str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    for variant in ("static", "whole_word", "dynamic", "packed"):
+        one = out[f"{variant}_one"]
+        assert -(-one["instances"] // 256) >= 4, variant
+        for name in ("two", "three"):
+            assert out[f"{variant}_{name}"]["sha"] == one["sha"], (variant, name)
+            assert not out[f"{variant}_{name}"]["warnings"]
+        assert all(here for here, _ in one["calls"])
+    batches = -(-out["static_one"]["instances"] // 256)
+    for name, share in (("two", 2), ("three", 3)):
+        # Batch k is serialised by process k % share: this one, then helpers, in turn.
+        calls = sorted(out[f"static_{name}"]["calls"], key=lambda call: call[1])
+        assert [first for _, first in calls] == [256 * k for k in range(batches)]
+        assert [here for here, _ in calls] == [k % share == 0 for k in range(batches)]
+    # Packed rows are only known once built: built here, each batch serialised by a helper.
+    packed_calls = out["packed_two"]["calls"]
+    assert len(packed_calls) == -(-out["packed_one"]["instances"] // 256)
+    assert not any(here for here, _ in packed_calls)
+    # The helper died at its second batch (batch 3): the rest was built here, the same bytes.
+    failing = out["static_failing"]
+    assert failing["sha"] == out["static_one"]["sha"]
+    assert len(failing["warnings"]) == 1 and "helper process failed" in failing["warnings"][0]
+    assert sum(not here for here, _ in failing["calls"]) == 2  # batch 1, and 3 (it died)
+    assert out["children_left"] is False
 
 
 def _sentence_corpus(path):
@@ -161,27 +195,6 @@ def _sentence_corpus(path):
             sentences = [s for s in re.split(r"(?<=[.!?])\s+", text) if s.strip()]
             writer.write("\n".join(sentences) + "\n\n")
     return sum(1 for line in open(path, encoding="utf-8") if line.strip())
-
-
-def test_batches_are_serialised_by_a_helper_into_the_same_bytes(minilm_vocab, tmp_path):
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text("\n\n".join(
-        "\n".join(f"Sentence {s} of document {d} says a few more words." for s in range(12))
-        for d in range(200)) + "\n")
-    proc = _python("-c", _SERIALISE + _REPORT, str(corpus), minilm_vocab, str(tmp_path))
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    out = json.loads(proc.stdout)
-    batches = -(-out["two"]["instances"] // 256)
-    assert batches >= 4
-    assert out["one"]["calls"] == 0
-    # One helper took every batch, and the bytes are those of one process.
-    assert out["two"]["helpers"] == 1 and out["two"]["calls"] == batches
-    assert out["two"]["sha"] == out["one"]["sha"] and not out["two"]["warnings"]
-    # The helper died at the third batch: the rest was serialised here, the same bytes.
-    assert out["failing"]["sha"] == out["one"]["sha"]
-    assert len(out["failing"]["warnings"]) == 1
-    assert "helper process failed" in out["failing"]["warnings"][0]
-    assert out["children_left"] is False
 
 
 def test_records_are_byte_identical_for_any_number_of_processes(minilm_vocab, tmp_path):

@@ -421,7 +421,7 @@ def run(o: PrepOptions) -> int:
                                          f"its text as --dataset custom --input FILES")
     if o.dataset == ALL:
         if o.action != "download":
-            raise DataPrepError("--dataset", f"all: only --action download takes all datasets")
+            raise DataPrepError("--dataset", "all: only --action download takes all datasets")
         return action_download_all(o, Layout(resolve_working_dir(o.working_dir)))
     datasets = all_datasets()
     if o.dataset not in datasets and corpus_parts(o.dataset) is None:

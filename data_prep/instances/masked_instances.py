@@ -5,11 +5,12 @@
 a uniformly random subset of the candidates (or whole words with ``do_whole_word_mask``)
 chosen for all rows at once with numpy, and each chosen token replaced by ``[MASK]`` (80 %),
 kept (10 %) or a random id (10 %). The draws are made per batch, so the output of a seed
-depends on ``data_prep.instances.pretraining_data.BATCH_SIZE``.
+depends on ``data_prep.instances.batch_writing.BATCH_SIZE``.
 """
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import numpy as np
 
@@ -49,8 +50,30 @@ class InstanceBatch:
         return {name: getattr(self, name) for name in self.KINDS}
 
 
+class MaskingDraws(NamedTuple):
+    """The random numbers that mask one batch, drawn in one place: a helper process that
+    builds every other batch draws (and drops) those of the batches between its own, so
+    that its generator is where it would be in one process (``masking_draws``)."""
+    selection: np.ndarray    # (max_seq_length, n) or, whole words, (n, max_seq_length)
+    replacement: np.ndarray  # (n, max_predictions): [MASK] 80 %, kept 10 %, random 10 %
+    random_ids: np.ndarray   # (n, max_predictions) int64: the random ids
+
+
+def masking_draws(rng: np.random.Generator, n: int, options: PretrainingDataOptions,
+                  vocab_size: int) -> MaskingDraws:
+    """The draws of ``build_instances`` for a batch of ``n`` rows, in its order: the
+    selection keys, then the 80/10/10 choice and the random ids (one draw of each per row
+    and slot, so the stream consumed depends on ``n`` only, not on the tokens)."""
+    length, n_pred = options.max_seq_length, options.max_predictions_per_seq
+    shape = (n, length) if options.do_whole_word_mask else (length, n)
+    selection = rng.random(shape)
+    replacement = rng.random((n, n_pred))
+    return MaskingDraws(selection, replacement,
+                        rng.integers(0, vocab_size, size=(n, n_pred), dtype=np.int64))
+
+
 def _choose_single_tokens(cand: np.ndarray, num_to_predict: np.ndarray,
-                          rng: np.random.Generator) -> np.ndarray:
+                          u: np.ndarray) -> np.ndarray:
     """(n, L) bool: a uniformly random subset of ``num_to_predict`` candidates per row.
 
     Selection sampling (Knuth's algorithm S) run over the columns for all rows at once: a
@@ -59,7 +82,6 @@ def _choose_single_tokens(cand: np.ndarray, num_to_predict: np.ndarray,
     """
     n, length = cand.shape
     cand_t = np.ascontiguousarray(cand.T)
-    u = rng.random((length, n))
     need = num_to_predict.astype(np.float64)
     left = cand.sum(axis=1).astype(np.float64)
     chosen_t = np.zeros((length, n), dtype=bool)
@@ -73,14 +95,14 @@ def _choose_single_tokens(cand: np.ndarray, num_to_predict: np.ndarray,
 
 
 def _choose_whole_words(cand: np.ndarray, word_start: np.ndarray, num_to_predict: np.ndarray,
-                        rng: np.random.Generator) -> np.ndarray:
+                        keys: np.ndarray) -> np.ndarray:
     """(n, L) bool: words in random order, each taken unless it would overshoot the budget."""
     n, length = cand.shape
     word_id = np.cumsum(word_start, axis=1) - 1          # word index of each position
     n_words = word_start.sum(axis=1)
     flat_word = (np.arange(n)[:, None] * (length + 1) + word_id)[cand]
     word_len = np.bincount(flat_word, minlength=n * (length + 1)).reshape(n, length + 1)
-    keys = rng.random((n, length))
+    keys = keys.copy()
     keys[np.arange(length)[None, :] >= n_words[:, None]] = 2.0
     order = np.argsort(keys, axis=1)
     count = np.zeros(n, dtype=np.int64)
@@ -106,6 +128,7 @@ def build_instances(corpus: Corpus, plan: InstancePlan, vocab: VocabInfo,
     """Token rows, segment ids, masks and masked-LM choices for (truncated) planned pairs."""
     n = len(plan)
     n_pred = options.max_predictions_per_seq
+    draws = masking_draws(rng, n, options, vocab.size)
     unmasked = instance_rows(corpus, plan, vocab, options)
     tokens, cand, total = unmasked.tokens, unmasked.candidates, unmasked.total
 
@@ -114,9 +137,10 @@ def build_instances(corpus: Corpus, plan: InstancePlan, vocab: VocabInfo,
     num_to_predict = np.minimum(n_pred, np.maximum(1, num_to_predict))
     num_to_predict = np.minimum(num_to_predict, num_cand)
     if options.do_whole_word_mask:
-        chosen = _choose_whole_words(cand, word_starts(unmasked, vocab), num_to_predict, rng)
+        chosen = _choose_whole_words(cand, word_starts(unmasked, vocab), num_to_predict,
+                                     draws.selection)
     else:
-        chosen = _choose_single_tokens(cand, num_to_predict, rng)
+        chosen = _choose_single_tokens(cand, num_to_predict, draws.selection)
 
     # Sorted positions of the chosen tokens (at most n_pred per row), zero-padded:
     # np.nonzero walks rows in order and positions upwards within a row.
@@ -133,10 +157,9 @@ def build_instances(corpus: Corpus, plan: InstancePlan, vocab: VocabInfo,
     weights = np.zeros((n, n_pred), dtype=np.float32)
     weights[rows, slot] = 1.0
 
-    # 80 % [MASK], 10 % unchanged, 10 % random id (one draw of each per row and slot, so the
-    # stream consumed does not depend on how many tokens were chosen).
-    r = rng.random((n, n_pred))[rows, slot]
-    random_ids = rng.integers(0, vocab.size, size=(n, n_pred), dtype=np.int64)[rows, slot]
+    # 80 % [MASK], 10 % unchanged, 10 % random id.
+    r = draws.replacement[rows, slot]
+    random_ids = draws.random_ids[rows, slot]
     tokens[rows, cols] = np.where(r < 0.8, vocab.mask_id,
                                   np.where(r < 0.9, labels_flat, random_ids))
 

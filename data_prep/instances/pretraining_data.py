@@ -79,7 +79,6 @@ check every file at start-up.
 """
 from __future__ import annotations
 
-import collections
 import itertools
 import os
 import time
@@ -89,39 +88,17 @@ import numpy as np
 from absl import logging
 
 from data_prep.errors import DataPrepError
-from data_prep.instances import packing, record_metadata, tfrecord_writer
+from data_prep.instances import batch_writing, record_metadata, tfrecord_writer
 from data_prep.instances.corpus import Corpus, expand_input_files, read_corpus
 from data_prep.instances.instance_plan import plan_instances, truncate_plan, warn_truncation
-from data_prep.instances.masked_instances import InstanceBatch, build_instances
 from data_prep.instances.pretraining_data_options import (PretrainingDataOptions, PretrainingStats,
                                                           derive_shard_seed)
-from data_prep.instances.unmasked_instances import build_unmasked_instances
 from data_prep.instances.vocab_info import VocabInfo, load_tokenizer
-from data_prep.processes import forked
 from data_prep.processes.pause_point import pause_point
 from data_prep.processes.temporaries import remove_stale_temporaries
 
-# Instances built, masked, serialised and written per step (fixed: the random streams are
-# consumed per batch, so changing it changes the output of a given seed).
-BATCH_SIZE = 4096
 # Instances logged at INFO, like Google's script.
 MAX_LOGGED_INSTANCES = 20
-
-
-def _log_instances(batch: InstanceBatch, vocab: VocabInfo, count: int) -> None:
-    id_to_token = vocab.id_to_token
-    for i in range(min(count, len(batch))):
-        n_real = int(batch.input_mask[i].sum())
-        logging.info("*** Example ***")
-        logging.info("tokens: %s", " ".join(id_to_token[t] for t in
-                                            batch.input_ids[i, :n_real].tolist()))
-        if hasattr(batch, "masked_lm_weights"):  # not in unmasked (dynamic) instances
-            n_pred = int(batch.masked_lm_weights[i].sum())
-            logging.info("masked_lm_labels: %s", " ".join(
-                id_to_token[t] for t in batch.masked_lm_ids[i, :n_pred].tolist()))
-        for name in batch.KINDS:
-            values = getattr(batch, name)[i].tolist()
-            logging.info("%s: %s", name, " ".join(str(v) for v in values))
 
 
 def _folder(path: str) -> str:
@@ -143,44 +120,13 @@ def _random_streams(seed: int):
                  for s in (order, stream, trunc, shuffle, mask, pack))
 
 
-class _CallHere:
-    """A call done at once, with the interface of a ``forked.ForkedWorker`` call."""
-
-    def __init__(self, function, *args):
-        self.value = function(*args)
-
-    def result(self):
-        return self.value
-
-
-def serialised_rows(features: dict, kinds: dict, n_out: int, records_before: int) -> list:
-    """(TFRecord bytes, record count) of a batch's rows for each of ``n_out`` outputs: record
-    number records_before + j goes to output (records_before + j) % n_out."""
-    out = []
-    for w_index in range(n_out):
-        first = (w_index - records_before) % n_out
-        sub = {name: arr[first::n_out] for name, arr in features.items()}
-        count = len(sub["input_ids"])
-        out.append((tfrecord_writer.encode_tfrecords(sub, kinds) if count else None, count))
-    return out
-
-
-def _write_rows(writers, rows) -> None:
-    for writer, (framed, count) in zip(writers, rows):
-        if count:
-            try:
-                writer.write_tfrecords(framed, count)
-            except OSError as e:
-                raise DataPrepError(writer.path, f"cannot write output: {e.strerror or e}") \
-                    from None
-
-
 def write_instances(corpus: Corpus, output_files: Sequence[str], vocab: VocabInfo,
                     options: PretrainingDataOptions, stats: Optional[PretrainingStats] = None,
                     log_instances: int = MAX_LOGGED_INSTANCES,
                     processes: int = 1) -> PretrainingStats:
     """Plans, shuffles, builds and writes all instances of ``corpus`` (round-robin outputs).
-    ``processes`` > 1 serialises each batch in a forked helper while the next is built."""
+    ``processes`` > 1 builds the batches in turn in this process and forked helpers
+    (``data_prep.instances.batch_writing``; the same records for any number)."""
     options.validate()
     if stats is None:
         stats = PretrainingStats(input_files=[], output_files=list(output_files))
@@ -191,9 +137,7 @@ def write_instances(corpus: Corpus, output_files: Sequence[str], vocab: VocabInf
                                       f"vocabulary of {vocab.size}")
     rng_order, rng_stream, rng_trunc, rng_shuffle, rng_mask, rng_pack = \
         _random_streams(options.random_seed)
-    writers, pending = [], collections.deque()  # serialised batches not yet written
-    serialiser = None  # a forked.ForkedWorker
-    written_tokens = written_slots = records_before = 0
+    writers = []
     try:
         for path in output_files:
             try:
@@ -208,38 +152,10 @@ def write_instances(corpus: Corpus, output_files: Sequence[str], vocab: VocabInf
         plan = truncated
         plan = plan.take(rng_shuffle.permutation(len(plan)))
         t1 = time.perf_counter()
-        n_out = len(writers)
-        build = build_instances
-        if options.masking == "dynamic":
-            build = build_unmasked_instances
-        # Serialising batch k (in a forked helper when there are cores for it) runs while
-        # this process builds batch k+1; batches are written in order.
-        if processes > 1 and forked.fork_is_safe():
-            serialiser = forked.ForkedWorker()
-            submit = serialiser.submit
-        else:
-            submit = _CallHere
-        for start in range(0, len(plan), BATCH_SIZE):
-            pause_point("records_batch")  # tests: killed after start / BATCH_SIZE batches
-            part = plan.take(slice(start, start + BATCH_SIZE))
-            batch = build(corpus, part, vocab, options, rng_mask)
-            if start == 0 and log_instances:
-                _log_instances(batch, vocab, log_instances)
-            features, kinds = batch.features(), batch.KINDS
-            if options.max_sequences_per_row:
-                features = packing.pack_instances(features, options.max_sequences_per_row,
-                                                  rng_pack)
-                kinds = packing.packed_kinds(kinds)
-            written_tokens += int(features["input_mask"].sum())
-            written_slots += features["input_mask"].size
-            if pending:  # first: the helper takes the next batch only when this one is back
-                _write_rows(writers, pending.popleft().result())
-            pending.append(submit(serialised_rows, features, kinds, n_out, records_before))
-            records_before += len(features["input_ids"])
-        while pending:
-            _write_rows(writers, pending.popleft().result())
-        if serialiser is not None:
-            serialiser.close()
+        batches = batch_writing.Batches(corpus, plan, vocab, options, len(writers),
+                                        log_instances)
+        written_tokens, written_slots = batch_writing.write_batches(
+            batches, writers, rng_mask, rng_pack, processes)
         vocab_hash = record_metadata.vocab_sha256(vocab.id_to_token)
         for writer in writers:
             try:  # the metadata first: a record file under its final name always has it
@@ -252,8 +168,6 @@ def write_instances(corpus: Corpus, output_files: Sequence[str], vocab: VocabInf
                     from None
         t2 = time.perf_counter()
     except BaseException:
-        if serialiser is not None:
-            serialiser.close(kill=True)
         for writer in writers:
             writer.abort()
         raise

@@ -138,10 +138,13 @@ def _varint_table(size: int):
 def _varint_slots(values: np.ndarray):
     """Varints of an (n, w) block laid out in fixed K-byte slots.
 
-    Returns (bytes (n, w*K) uint8, valid (n, w*K) bool, bytes per row (n,) int64).
+    Returns (bytes (n, w*K) uint8, valid (n, w*K) bool or None where every byte is, bytes
+    per row (n,) int64).
     """
     n, w = values.shape
     max_value = int(values.max()) if values.size else 0
+    if max_value < 128:  # one byte each, the value itself (masks, segment ids, labels)
+        return (values.astype(np.uint8), None, np.full(n, w, dtype=np.int64))
     if max_value < (1 << 21):
         size = 1 << max(1, max_value.bit_length())
         table, valid, lengths = _varint_table(size)
@@ -184,7 +187,7 @@ class _Layout:
         if values.ndim == 1:
             values = values[:, None]
         data, valid, _ = _varint_slots(values)
-        self.blocks.append((data, None if valid.all() else valid))
+        self.blocks.append((data, None if valid is None or valid.all() else valid))
 
     def emit(self):
         """Returns (buffer, record starts, record lengths)."""

@@ -135,6 +135,73 @@ class ForkedWorker:
         return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 
 
+class ForkedStream:
+    """A forked helper that runs ``generator_function(*args)`` (computed from the memory it
+    shares with us: nothing is sent) and sends back each value it yields, in order; ``next()``
+    returns them one by one. The helper yields its next value while we use the last one, and
+    waits (a full pipe) until we take it, so at most one value is ever on its way.
+
+    A helper that fails (out of memory, killed) costs time, not output: ``next()`` then
+    returns ``FAILED`` for this value and every later one, with a warning, and the caller
+    computes them itself.
+    """
+
+    FAILED = object()
+
+    def __init__(self, generator_function, *args):
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # see ForkedWorker
+        parent = os.getpid()
+        outbox_read, outbox_write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the helper: never returns into the caller's code
+            status = 1
+            try:
+                _start_helper(parent, outbox_read)
+                with os.fdopen(outbox_write, "wb") as outbox:
+                    for value in generator_function(*args):
+                        pickle.dump(value, outbox, protocol=pickle.HIGHEST_PROTOCOL)
+                        outbox.flush()
+                status = 0
+            finally:
+                os._exit(status)
+        os.close(outbox_write)
+        self.pid = pid
+        self.outbox = os.fdopen(outbox_read, "rb")
+        self.name = getattr(generator_function, "__name__", "?")
+        self.failed = None  # why the helper is no longer used
+
+    def next(self):
+        """The next value the helper yields, or ``FAILED``."""
+        if self.failed is None:
+            try:
+                return pickle.load(self.outbox)
+            except EOFError:  # it ended early: its end of the pipe closed
+                self._fail(f"exit status {self.close()}")
+            except (OSError, pickle.UnpicklingError) as e:
+                self._fail(f"{type(e).__name__}: {e}")
+        return self.FAILED
+
+    def _fail(self, problem):
+        self.failed = problem
+        logging.warning("a helper process failed (%s); doing its work (%s) here", problem,
+                        self.name)
+        self.close(kill=True)
+
+    def close(self, kill=False):
+        """Ends the helper (killed with ``kill``: we stop early, or it failed) and reaps it.
+        Returns its exit code (negative: the signal that ended it; None if reaped before)."""
+        try:
+            self.outbox.close()
+        except OSError:
+            pass
+        if self.pid is None:
+            return None
+        pid, self.pid = self.pid, None
+        if kill:
+            os.kill(pid, signal.SIGKILL)  # it cannot be gone: only waitpid reaps it
+        return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
 def _receive(inbox):
     """The next (function, args) sent to a helper; None when the caller closed the pipe."""
     try:

@@ -195,19 +195,21 @@ def _split_words(text, do_lower_case, tables):
 
 
 def _split_many(texts, do_lower_case, tables):
-    """``_split_words`` of each text, with the common case inline: a text that is ASCII
-    once cleaned needs no CJK split, NFD or mark removal (a call per text is a sizeable
-    share of tokenizing for pre-training data)."""
+    """``_split_words`` of each text, with the common case inline: an ASCII text needs no
+    CJK split, NFD or mark removal, and when it is printable (no tab or control character)
+    nothing to clean either (a call per text, and a regular expression run over every one,
+    were a sizeable share of tokenizing for pre-training data)."""
     clean, word_lists = tables.removed.sub, []
     append = word_lists.append
     for text in texts:
         if type(text) is not str:  # bytes
             text = convert_to_unicode(text)
-        text = clean("", text)
         if text.isascii():
+            if not text.isprintable():
+                text = clean("", text)
             append(text.lower().split() if do_lower_case else text.split())
         else:
-            append(_normalized_clean(text, do_lower_case, tables).split())
+            append(_normalized_clean(clean("", text), do_lower_case, tables).split())
     return word_lists
 
 
