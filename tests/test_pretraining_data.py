@@ -596,12 +596,17 @@ def test_cli_writes_readable_records_and_reports_errors(minilm_vocab, tmp_path):
         "\n".join(f"Document {d} sentence {s} talks about topic {d * s}." for s in range(8))
         for d in range(6)) + "\n")
     out = str(tmp_path / "out.tfrecord")
+    logs = str(tmp_path) + "_logs"
     proc = _cli([f"--input_file={src}", f"--output_file={out}", f"--vocab_file={minilm_vocab}",
-                 "--max_seq_length=32", "--max_predictions_per_seq=5", "--dupe_factor=2"])
+                 "--max_seq_length=32", "--max_predictions_per_seq=5", "--dupe_factor=2",
+                 f"--log_dir={logs}"])
     assert proc.returncode == 0, proc.stderr
     m = re.search(r"Wrote (\d+) total instances", proc.stderr)
     assert m and int(m.group(1)) > 0
     assert "*** Example ***" in proc.stderr
+    # The command ends without the interpreter's teardown: its log file is whole all the same.
+    with open(os.path.join(logs, "create_pretraining_data.log"), encoding="utf-8") as log:
+        assert log.read().rstrip().endswith(m.group(0))
     records = read_records(out)
     assert len(records) == int(m.group(1))
     import tensorflow as tf
