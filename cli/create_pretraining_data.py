@@ -55,8 +55,9 @@ def define_flags(flag_values):
     f.DEFINE_integer("max_sequences_per_row", 3, "With --pack: instances per row at most.")
     bind(flag_values, PRECISION).DEFINE_integer(
         "n_processes", available_cpus(),
-        "Processes that tokenize the input and serialise the records (the output is the same "
-        "for any number); default: the CPUs this process may use (affinity, cgroup quota).")
+        "Processes that tokenize the input and build and serialise the records (the output is "
+        "the same for any number); default: the CPUs this process may use (affinity, cgroup "
+        "quota).")
     bind(flag_values, OUTPUT).DEFINE_string(
         "output_file", None, "Output TF example file (or comma-separated list of files).")
 

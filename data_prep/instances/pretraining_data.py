@@ -11,6 +11,8 @@ not imported.
 This module drives one shard (``create_pretraining_tfrecords``, ``write_instances``); each
 step has a module of its own below it: ``data_prep.instances.corpus`` reads and tokenizes the text,
 ``data_prep.instances.instance_plan`` plans and truncates the pairs,
+``data_prep.instances.batch_writing`` builds, serialises and writes them batch by batch on
+every core,
 ``data_prep.instances.instance_rows`` lays them out as token rows, which
 ``data_prep.instances.masked_instances`` masks (static) and
 ``data_prep.instances.unmasked_instances`` writes as they are (dynamic); the types all of them share

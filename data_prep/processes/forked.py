@@ -1,10 +1,12 @@
 """Work handed to forked processes, with its result back in order: the two cores of
 ``create_pretraining_data.py``.
 
-Two stages of writing pre-training records can run beside the rest: tokenizing (each line on
-its own, so the lines are cut into contiguous parts, one a process) and serialising a batch of
-instances (while this process builds the next one). Results come back in order, so the output
-is the same for any number of processes.
+Two stages of writing pre-training records run in several processes: tokenizing (each line on
+its own, so the lines are cut into contiguous parts, one a process: ``map_in_processes``) and
+building the batches of instances (batch k in process k % n, each helper sending back its
+batches' bytes as it goes: ``ForkedStream``; packed batches, built here, are serialised by one
+``ForkedWorker`` while the next is built). Results come back in order, so the output is the
+same for any number of processes.
 
 Why fork here when the pools of ``bertPrep.py`` spawn (``data_prep.processes.worker_lifetime``): a
 spawned helper needs about 0.3 s to import and to build its tokenizer, as long as the work it
