@@ -61,7 +61,38 @@ def _start_helper(parent, *caller_ends):
     die_with_parent(parent)
 
 
-class ForkedWorker:
+class _ForkedHelper:
+    """What every forked helper shares: its pid, our ends of its pipes (``self.pipes``), and
+    how it fails (a warning; the caller does its work) and ends."""
+
+    pid = None
+    pipes = ()
+    failed = None  # why the helper is no longer used
+
+    def _fail(self, problem, function):
+        self.failed = problem
+        name = getattr(getattr(function, "func", function), "__name__", "?")
+        logging.warning("a helper process failed (%s); doing its work (%s) here", problem,
+                        name)
+        self.close(kill=True)
+
+    def close(self, kill=False):
+        """Ends the helper (killed with ``kill``: we stop early, or it failed) and reaps it.
+        Returns its exit code (negative: the signal that ended it; None if reaped before)."""
+        for pipe in self.pipes:
+            try:
+                pipe.close()
+            except OSError:
+                pass
+        if self.pid is None:
+            return None
+        pid, self.pid = self.pid, None
+        if kill:
+            os.kill(pid, signal.SIGKILL)  # it cannot be gone: only waitpid reaps it
+        return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+class ForkedWorker(_ForkedHelper):
     """One forked helper that runs calls in order: ``function(*args)`` given here (computed
     from the memory it shares with us: nothing is sent), then each call sent to it by
     ``submit``. For a stream of work (the serialisation of each batch) one helper serves
@@ -102,7 +133,7 @@ class ForkedWorker:
         self.pid = pid
         self.inbox = os.fdopen(inbox_write, "wb")
         self.outbox = os.fdopen(outbox_read, "rb")
-        self.failed = None  # why the helper is no longer used
+        self.pipes = (self.inbox, self.outbox)
         self.first = None if function is None else _WorkerCall(self, function, args, True)
 
     def submit(self, function, *args):
@@ -114,30 +145,8 @@ class ForkedWorker:
                 self._fail(f"{type(e).__name__}: {e}", function)
         return _WorkerCall(self, function, args, sent=self.failed is None)
 
-    def _fail(self, problem, function):
-        self.failed = problem
-        name = getattr(getattr(function, "func", function), "__name__", "?")
-        logging.warning("a helper process failed (%s); doing its work (%s) here", problem,
-                        name)
-        self.close(kill=True)
 
-    def close(self, kill=False):
-        """Ends the helper (killed with ``kill``: we stop early on an error) and reaps it.
-        Returns its exit code (negative: the signal that ended it; None if reaped before)."""
-        for pipe in (self.inbox, self.outbox):
-            try:
-                pipe.close()
-            except OSError:
-                pass
-        if self.pid is None:
-            return None
-        pid, self.pid = self.pid, None
-        if kill:
-            os.kill(pid, signal.SIGKILL)  # it cannot be gone: only waitpid reaps it
-        return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-
-
-class ForkedStream:
+class ForkedStream(_ForkedHelper):
     """A forked helper that runs ``generator_function(*args)`` (computed from the memory it
     shares with us: nothing is sent) and sends back each value it yields, in order; ``next()``
     returns them one by one. The helper yields its next value while we use the last one, and
@@ -169,8 +178,8 @@ class ForkedStream:
         os.close(outbox_write)
         self.pid = pid
         self.outbox = os.fdopen(outbox_read, "rb")
-        self.name = getattr(generator_function, "__name__", "?")
-        self.failed = None  # why the helper is no longer used
+        self.pipes = (self.outbox,)
+        self.function = generator_function
 
     def next(self):
         """The next value the helper yields, or ``FAILED``."""
@@ -178,30 +187,10 @@ class ForkedStream:
             try:
                 return pickle.load(self.outbox)
             except EOFError:  # it ended early: its end of the pipe closed
-                self._fail(f"exit status {self.close()}")
+                self._fail(f"exit status {self.close()}", self.function)
             except (OSError, pickle.UnpicklingError) as e:
-                self._fail(f"{type(e).__name__}: {e}")
+                self._fail(f"{type(e).__name__}: {e}", self.function)
         return self.FAILED
-
-    def _fail(self, problem):
-        self.failed = problem
-        logging.warning("a helper process failed (%s); doing its work (%s) here", problem,
-                        self.name)
-        self.close(kill=True)
-
-    def close(self, kill=False):
-        """Ends the helper (killed with ``kill``: we stop early, or it failed) and reaps it.
-        Returns its exit code (negative: the signal that ended it; None if reaped before)."""
-        try:
-            self.outbox.close()
-        except OSError:
-            pass
-        if self.pid is None:
-            return None
-        pid, self.pid = self.pid, None
-        if kill:
-            os.kill(pid, signal.SIGKILL)  # it cannot be gone: only waitpid reaps it
-        return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 
 
 def _receive(inbox):
@@ -210,6 +199,7 @@ def _receive(inbox):
         return pickle.load(inbox)
     except EOFError:
         return None
+
 
 class _WorkerCall:
     """A call of a ``ForkedWorker`` (its first, or one submitted)."""
