@@ -101,7 +101,9 @@ def run_demo(output_dir, corpus=None, phase1_steps=600, phase2_steps=40, n_proce
     from pretraining.baseline import unigram_baseline
     from pretraining.options import PretrainingOptions
     from pretraining.runner import run as pretrain
+    from training.hooks import job_start_time
 
+    job_start_time()  # the demo's own: each phase's start-up then counts from its beginning
     output_dir = os.path.abspath(output_dir)
     work = os.path.join(output_dir, "data")
     os.makedirs(work, exist_ok=True)

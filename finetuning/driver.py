@@ -26,7 +26,7 @@ from reporting.errors import UsageError
 from resilience.run_lock import run_lock
 from runtime.distributed import Workers
 from runtime.speed_defaults import resolve as resolve_speed
-from training.hooks import StepLoggingHook
+from training.hooks import StepLoggingHook, job_start_time
 from training.option_ranges import out_of_range
 from training.records import TrainingInput, record_input_fn
 from training.resume import checkpoint_value, exit_status, train_resuming
@@ -93,13 +93,14 @@ def triton_model(options, amp):
 def run(task, options):
     """Does what the options ask; returns a dict of results (train summary, metrics, paths).
     Rank 0 holds the output folder's run lock throughout (`resilience.run_lock`)."""
+    started_at = job_start_time()
     # a plain namespace of values (a library caller) may leave the devices out: one
     workers = Workers(options.horovod, getattr(options, "num_local_devices", 1))
     with run_lock(options.output_dir, workers.is_chief):
-        return _run(task, options, workers)
+        return _run(task, options, workers, started_at)
 
 
-def _run(task, options, workers):
+def _run(task, options, workers, started_at):
     config = BertConfig.from_json_file(options.bert_config_file)
     _validate(task, options, config)
     tokenizer = FullTokenizer(options.vocab_file, options.do_lower_case)
@@ -148,7 +149,7 @@ def _run(task, options, workers):
         hook = StepLoggingHook(tensors, options.display_loss_steps,
                                global_batch_size=options.train_batch_size * workers.replicas,
                                dllog_path=options.dllog_path, is_chief=workers.is_chief,
-                               total_steps=num_train_steps)
+                               total_steps=num_train_steps, started_at=started_at)
         log_hooks.append(hook)
         return [hook]
 

@@ -43,7 +43,7 @@ from runtime.distributed import Workers
 from runtime.speed_defaults import resolve as resolve_speed
 from training.eval_results import write_eval_results
 from training.flops import peak_tflops_for_device, training_flops_per_sequence
-from training.hooks import StepLoggingHook, WeightsFingerprintHook
+from training.hooks import StepLoggingHook, WeightsFingerprintHook, job_start_time
 from training.option_ranges import out_of_range
 from training.resume import exit_status, train_resuming
 from training.run_config import make_run_config
@@ -90,13 +90,14 @@ def log_plan(plan, dllog_path):
 def run(options):
     """Trains and/or evaluates. Returns a dict of results (training summary, eval metrics).
     Rank 0 holds the output folder's run lock throughout (`resilience.run_lock`)."""
+    started_at = job_start_time()
     # a plain namespace of values (a library caller) may leave the devices out: one
     workers = Workers(options.horovod, getattr(options, "num_local_devices", 1))
     with run_lock(options.output_dir, workers.is_chief):
-        return _run(options, workers)
+        return _run(options, workers, started_at)
 
 
-def _run(options, workers):
+def _run(options, workers, started_at):
     config = BertConfig.from_json_file(options.bert_config_file)
     _validate(options, config)
     speed = resolve_speed(options)  # NVIDIA's --amp/--use_xla defaults on a machine without GPU
@@ -163,7 +164,7 @@ def _run(options, workers):
                 config, options.max_seq_length, options.max_predictions_per_seq),
             peak_flops=device_peak and device_peak * workers.replicas,
             dllog_path=options.dllog_path, is_chief=workers.is_chief,
-            total_steps=options.num_train_steps, ranks=workers.size)
+            total_steps=options.num_train_steps, ranks=workers.size, started_at=started_at)
         log_hooks.append(hook)
         return [hook]
 

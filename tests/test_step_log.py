@@ -87,3 +87,14 @@ def test_a_real_run_times_its_checkpoint_writes(tmp_path):
     assert train["checkpoints_written"] >= 1 and train["checkpoint_seconds"] > 0
     assert train["startup_seconds"] > 0 and train["warmup_seconds"] > 0
     assert train["average_sequences_per_second"] > 0
+
+
+def test_start_up_counts_from_the_process_start_for_the_first_job_only(monkeypatch):
+    """A command's one job pays the process's start-up (imports, TensorFlow); a later job of
+    the same process (the demo's phases) counts from its own beginning."""
+    from training import hooks
+    monkeypatch.setattr(hooks, "_JOB_STARTS", [])
+    monkeypatch.setattr(hooks, "process_start_time", lambda: 1000.0)
+    monkeypatch.setattr(hooks.time, "time", lambda: 5000.0)
+    assert hooks.job_start_time() == 1000.0
+    assert hooks.job_start_time() == 5000.0

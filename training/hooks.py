@@ -78,6 +78,20 @@ def process_start_time():
         return None
 
 
+_JOB_STARTS = []  # when each job (a pre-training or fine-tuning run) of this process began
+
+
+def job_start_time():
+    """When the calling job began, for its start-up cost: this process's start for the first
+    job of a process (its imports and TensorFlow's start are that job's), the call itself
+    for a later one (the demo runs its phases one after another in one process, and a phase
+    did not wait for the ones before it)."""
+    now = time.time()
+    first = not _JOB_STARTS
+    _JOB_STARTS.append(now)
+    return (process_start_time() or now) if first else now
+
+
 class StepLoggingHook(tf1.train.SessionRunHook):
     """Logs every `every_n_steps` optimizer steps (rank 0 only).
 
@@ -105,7 +119,7 @@ class StepLoggingHook(tf1.train.SessionRunHook):
     caches fill); and checkpoint writes during training, timed exactly by
     `CHECKPOINT_WRITES` and subtracted from the interval that held them. The start-up before
     the first step (imports, building, session, restore, the step-0 checkpoint) is counted
-    from `started_at` (default: this process's start).
+    from `started_at` (the runners pass `job_start_time()`; default: this process's start).
 
     With `total_steps`, each log also shows `step N/total  loss  seq/s  ETA` on the console
     (NVIDIA-style; rewritten in place on a terminal, one line per log otherwise), from the
