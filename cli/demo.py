@@ -197,6 +197,15 @@ def run_demo(output_dir, corpus=None, phase1_steps=600, phase2_steps=40, n_proce
     for text, answer in zip(queries, answers):
         print(f"   {json.dumps(text)} -> label {answer['label']} "
               f"(P(internet) = {answer['probabilities']['1']:.3f})")
+    # The whole dev set through the SavedModel: what it serves is what was evaluated.
+    with open(os.path.join(task_dir, "dev.tsv"), encoding="utf-8") as reader:
+        dev_rows = [line.rstrip("\n").split("\t") for line in reader][1:]
+    served = predict(task, runner, FullTokenizer(vocab_file, lower),
+                     [{"text": text} for text, _ in dev_rows])
+    served_accuracy = sum(str(answer["label"]) == label
+                          for answer, (_, label) in zip(served, dev_rows)) / len(dev_rows)
+    print(f"   served the {len(dev_rows)} dev sentences: accuracy {served_accuracy:.3f} "
+          f"(the evaluation's: {dev['eval_accuracy']:.3f})")
     _done(start, "served from the SavedModel")
     print(f"\ndemo finished in {time.time() - total:.0f} s; everything is under {output_dir}")
     return {"phases": phases, "finetune": results, "answers": answers}

@@ -78,13 +78,17 @@ def test_demo_runs_end_to_end(tmp_path, repo_root):
                        r"\(unigram baseline: loss ([0-9.]+)", out)
     assert len(pairs) == 2, out
     assert all(float(loss) < float(baseline) - 0.15 for loss, baseline in pairs), pairs
-    # Served from the SavedModel: the internet sentence is labelled so, and scored well above
-    # the arithmetic one. (Which label the arithmetic sentence gets is not asserted: at ~0.72
-    # dev accuracy, and with pre-training not bit-repeatable across thread schedules, one CI
-    # run scored it 0.674 where others score 0.02-0.08.)
+    # Served from the SavedModel: the dev set gets the evaluation's accuracy (a borderline
+    # sentence may round the other way), and the internet sentence is labelled so. How the
+    # arithmetic sentence scores is not asserted: at ~0.70 dev accuracy, and with training
+    # not bit-repeatable across thread schedules, CI runs scored it 0.02-0.08, 0.674, 0.937.
+    served_dev = re.search(r"served the (\d+) dev sentences: accuracy ([0-9.]+) "
+                           r"\(the evaluation's: ([0-9.]+)\)", out)
+    assert served_dev, out
+    size, served_accuracy, evaluated = served_dev.groups()
+    assert abs(float(served_accuracy) - float(evaluated)) <= 1.5 / int(size), served_dev.group(0)
     served = re.findall(r"-> label (\d) \(P\(internet\) = ([0-9.]+)\)", out)
     assert len(served) == 2, out
-    (internet_label, internet_p), (_, arithmetic_p) = served
-    assert internet_label == "1" and float(internet_p) - float(arithmetic_p) > 0.2, served
+    assert served[0][0] == "1", served
     assert os.path.isfile(tmp_path / "phase_2" / "checkpoint")
     assert list((tmp_path / "export").glob("*/saved_model.pb"))
