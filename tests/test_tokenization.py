@@ -401,7 +401,7 @@ def test_batch_equals_per_line(minilm_vocab, book_lines):
     # Its safety nets give the same ids: WordPiece word by word where the pieces cannot be
     # told apart by their "##" (forced here), or where `tokenizers` is missing.
     untold = FullTokenizer(minilm_vocab)
-    untold._continuation = np.zeros(untold.vocab_size, dtype=bool)
+    untold._word_start = np.ones(untold.vocab_size, dtype=bool)
     no_rust = FullTokenizer(minilm_vocab)
     no_rust._rust = None
     for tokenizer in (untold, no_rust):

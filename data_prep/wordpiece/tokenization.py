@@ -165,8 +165,8 @@ def load_vocab(vocab_file, required_tokens=SPECIAL_TOKENS):
 # Fast path: the reference's steps on whole strings.
 
 def _normalized(text, do_lower_case, tables):
-    """``BasicTokenizer.tokenize`` without its final punctuation split, up to the split on
-    whitespace.
+    """``BasicTokenizer.tokenize`` of a text already rid of the characters cleaning removes,
+    without its final punctuation split, up to the split on whitespace.
 
     Same steps in the same order, on the whole string, with C-implemented str, re and
     unicodedata operations. Whole-string lower() and NFD equal Google's per-word ones:
@@ -174,12 +174,6 @@ def _normalized(text, do_lower_case, tables):
     never reach across whitespace. Whitespace is not turned into spaces first because
     str.split() splits on all of it, exactly the characters Google ends up splitting on.
     """
-    return _normalized_clean(tables.removed.sub("", convert_to_unicode(text)), do_lower_case,
-                             tables)
-
-
-def _normalized_clean(text, do_lower_case, tables):
-    """``_normalized`` of a text already rid of the characters cleaning removes."""
     if not text.isascii():
         text = " ".join(tables.cjk.split(text))
     if do_lower_case:
@@ -189,16 +183,12 @@ def _normalized_clean(text, do_lower_case, tables):
     return text
 
 
-def _split_words(text, do_lower_case, tables):
-    """The words of one text (see ``_normalized``)."""
-    return _normalized(text, do_lower_case, tables).split()
-
-
 def _split_many(texts, do_lower_case, tables):
-    """``_split_words`` of each text, with the common case inline: an ASCII text needs no
-    CJK split, NFD or mark removal, and when it is printable (no tab or control character)
-    nothing to clean either (a call per text, and a regular expression run over every one,
-    were a sizeable share of tokenizing for pre-training data)."""
+    """The words of each text: cleaned (``tables.removed``), then ``_normalized`` and split.
+    The common case is inline: an ASCII text needs no CJK split, NFD or mark removal, and
+    when it is printable (no tab or control character) nothing to clean either (a call per
+    text, and a regular expression run over every one, were a sizeable share of tokenizing
+    for pre-training data)."""
     clean, word_lists = tables.removed.sub, []
     append = word_lists.append
     for text in texts:
@@ -209,7 +199,7 @@ def _split_many(texts, do_lower_case, tables):
                 text = clean("", text)
             append(text.lower().split() if do_lower_case else text.split())
         else:
-            append(_normalized_clean(clean("", text), do_lower_case, tables).split())
+            append(_normalized(clean("", text), do_lower_case, tables).split())
     return word_lists
 
 
@@ -269,7 +259,7 @@ class FullTokenizer:
             self._tables = CharTables.get()
             self._rust = _rust_wordpiece(self.vocab, self.unk_token)
             self._word_cache = {}
-            self._continuation = None
+            self._word_start = None
         self.inv_vocab = {i: t for t, i in self.vocab.items()}
         self._id_to_token = [self.inv_vocab[i] for i in range(len(self.vocab))]
         self.unk_id = self.vocab[self.unk_token]
@@ -339,7 +329,7 @@ class FullTokenizer:
             encode = getattr(self._rust, "encode_batch_fast", self._rust.encode_batch)
             ids = np.array(encode([punctuation_split], add_special_tokens=False)[0].ids,
                            dtype=np.int32)
-            piece_starts = ~self._continuation_ids()[ids]
+            piece_starts = self._word_start_ids()[ids]
             if int(piece_starts.sum()) == int(parts.sum()):
                 pre_token = np.cumsum(piece_starts) - 1
                 word = np.searchsorted(np.cumsum(parts), pre_token, side="right")
@@ -350,12 +340,11 @@ class FullTokenizer:
         return (np.fromiter(itertools.chain.from_iterable(pieces), dtype=np.int32,
                             count=int(length.sum())), length)
 
-    def _continuation_ids(self):
-        """A bool per vocabulary id: whether the piece continues a word (``##...``)."""
-        if self._continuation is None:
-            self._continuation = np.array(
-                [t.startswith(CONTINUATION_PREFIX) for t in self._id_to_token], dtype=bool)
-        return self._continuation
+    def _word_start_ids(self):
+        """A bool per vocabulary id: whether the piece begins a word (``word_starts``)."""
+        if self._word_start is None:
+            self._word_start = np.array(word_starts(self._id_to_token), dtype=bool)
+        return self._word_start
 
     def tokenize_reference(self, text):
         """The pure-Python reference (slow); ``tokenize`` must always agree with it."""
@@ -372,7 +361,7 @@ class FullTokenizer:
         """Splits texts into words; returns them and a table word -> WordPiece ids.
 
         There are far fewer distinct words than words, so each distinct word is split on
-        punctuation and run through WordPiece (in Rust) once, then remembered.
+        punctuation and run through WordPiece (``_wordpiece_table``) once, then remembered.
         """
         word_lists = _split_many(texts, self.do_lower_case, self._tables)
         table = self._word_cache
@@ -383,8 +372,9 @@ class FullTokenizer:
             new = {word for words in word_lists for word in words}
         if new:
             new = list(new)
-            punctuation = self._tables.punctuation
-            table.update(zip(new, self._wordpiece_ids([w.translate(punctuation) for w in new])))
+            ids, length = self._wordpiece_table(new)
+            ids, ends = ids.tolist(), np.cumsum(length).tolist()
+            table.update(zip(new, (ids[end - n:end] for end, n in zip(ends, length.tolist()))))
         return word_lists, table
 
     def _wordpiece_ids(self, words):
