@@ -147,7 +147,7 @@ def _write_in_turn(batches: Batches, writers: Sequence, rng_mask: np.random.Gene
                 state = rng_mask.bit_generator.state
                 batches.skip(start, rng_mask)
                 built = helpers[k % share - 1].next()
-                if built is forked.ForkedStream.FAILED:  # build it here after all
+                if built is forked.FAILED:  # build it here after all
                     rng = np.random.Generator(np.random.PCG64())
                     rng.bit_generator.state = state
                     built = batches.records(start, rng)

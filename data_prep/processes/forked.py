@@ -61,6 +61,10 @@ def _start_helper(parent, *caller_ends):
     die_with_parent(parent)
 
 
+# What a helper that failed gives instead of its value: the caller computes it itself.
+FAILED = object()
+
+
 class _ForkedHelper:
     """What every forked helper shares: its pid, our ends of its pipes (``self.pipes``), and
     how it fails (a warning; the caller does its work) and ends."""
@@ -68,6 +72,38 @@ class _ForkedHelper:
     pid = None
     pipes = ()
     failed = None  # why the helper is no longer used
+
+    def _fork(self, helper_body, helper_ends, caller_ends):
+        """Forks the helper, which closes `caller_ends`, runs `helper_body()` and exits
+        (status 0 when it returned, 1 when it raised); here, closes `helper_ends`."""
+        # Rust's thread pool (tokenizers) must not be in use across a fork, and with one
+        # process a core it has nothing to do anyway; set before the first helper exists.
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        parent = os.getpid()
+        pid = os.fork()
+        if pid == 0:  # the helper: never returns into the caller's code
+            status = 1
+            try:
+                _start_helper(parent, *caller_ends)
+                helper_body()
+                status = 0
+            finally:
+                os._exit(status)
+        for fd in helper_ends:
+            os.close(fd)
+        self.pid = pid
+
+    def _take(self, function):
+        """The helper's next value (from ``self.outbox``), or ``FAILED`` once it has failed
+        (then warned about, and ended) while computing ``function``'s."""
+        if self.failed is None:
+            try:
+                return pickle.load(self.outbox)
+            except EOFError:  # its end of the pipe closes when it ends
+                self._fail(f"exit status {self.close()}", function)
+            except (OSError, pickle.UnpicklingError) as e:
+                self._fail(f"{type(e).__name__}: {e}", function)
+        return FAILED
 
     def _fail(self, problem, function):
         self.failed = problem
@@ -107,30 +143,18 @@ class ForkedWorker(_ForkedHelper):
     """
 
     def __init__(self, function=None, *args):
-        # Rust's thread pool (tokenizers) must not be in use across a fork, and with one
-        # process a core it has nothing to do anyway; set before the first helper exists.
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        parent = os.getpid()
         inbox_read, inbox_write = os.pipe()
         outbox_read, outbox_write = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the helper: never returns into the caller's code
-            status = 1
-            try:
-                _start_helper(parent, inbox_write, outbox_read)
-                with os.fdopen(inbox_read, "rb") as inbox, \
-                        os.fdopen(outbox_write, "wb") as outbox:
-                    call = (function, args) if function is not None else _receive(inbox)
-                    while call is not None:
-                        pickle.dump(call[0](*call[1]), outbox, protocol=pickle.HIGHEST_PROTOCOL)
-                        outbox.flush()
-                        call = _receive(inbox)
-                status = 0
-            finally:
-                os._exit(status)
-        os.close(inbox_read)
-        os.close(outbox_write)
-        self.pid = pid
+
+        def serve():
+            with os.fdopen(inbox_read, "rb") as inbox, os.fdopen(outbox_write, "wb") as outbox:
+                call = (function, args) if function is not None else _receive(inbox)
+                while call is not None:
+                    pickle.dump(call[0](*call[1]), outbox, protocol=pickle.HIGHEST_PROTOCOL)
+                    outbox.flush()
+                    call = _receive(inbox)
+
+        self._fork(serve, (inbox_read, outbox_write), (inbox_write, outbox_read))
         self.inbox = os.fdopen(inbox_write, "wb")
         self.outbox = os.fdopen(outbox_read, "rb")
         self.pipes = (self.inbox, self.outbox)
@@ -157,40 +181,24 @@ class ForkedStream(_ForkedHelper):
     computes them itself.
     """
 
-    FAILED = object()
 
     def __init__(self, generator_function, *args):
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # see ForkedWorker
-        parent = os.getpid()
         outbox_read, outbox_write = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the helper: never returns into the caller's code
-            status = 1
-            try:
-                _start_helper(parent, outbox_read)
-                with os.fdopen(outbox_write, "wb") as outbox:
-                    for value in generator_function(*args):
-                        pickle.dump(value, outbox, protocol=pickle.HIGHEST_PROTOCOL)
-                        outbox.flush()
-                status = 0
-            finally:
-                os._exit(status)
-        os.close(outbox_write)
-        self.pid = pid
+
+        def stream():
+            with os.fdopen(outbox_write, "wb") as outbox:
+                for value in generator_function(*args):
+                    pickle.dump(value, outbox, protocol=pickle.HIGHEST_PROTOCOL)
+                    outbox.flush()
+
+        self._fork(stream, (outbox_write,), (outbox_read,))
         self.outbox = os.fdopen(outbox_read, "rb")
         self.pipes = (self.outbox,)
         self.function = generator_function
 
     def next(self):
         """The next value the helper yields, or ``FAILED``."""
-        if self.failed is None:
-            try:
-                return pickle.load(self.outbox)
-            except EOFError:  # it ended early: its end of the pipe closed
-                self._fail(f"exit status {self.close()}", self.function)
-            except (OSError, pickle.UnpicklingError) as e:
-                self._fail(f"{type(e).__name__}: {e}", self.function)
-        return self.FAILED
+        return self._take(self.function)
 
 
 def _receive(inbox):
@@ -208,11 +216,5 @@ class _WorkerCall:
         self.worker, self.function, self.args, self.sent = worker, function, args, sent
 
     def result(self):
-        if self.sent and self.worker.failed is None:
-            try:
-                return pickle.load(self.worker.outbox)
-            except EOFError:  # its end of the pipe closes when it ends
-                self.worker._fail(f"exit status {self.worker.close()}", self.function)
-            except (OSError, pickle.UnpicklingError) as e:
-                self.worker._fail(f"{type(e).__name__}: {e}", self.function)
-        return self.function(*self.args)
+        value = self.worker._take(self.function) if self.sent else FAILED
+        return self.function(*self.args) if value is FAILED else value
