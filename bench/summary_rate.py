@@ -35,12 +35,11 @@ SEQ, PREDICTIONS = 128, 20
 def write_records(path, config, count):
     """`count` random records in the layout the input pipeline reads (bench/pretrain.py's)."""
     from data_prep.instances import tfrecord_writer
+    from data_prep.instances.masked_instances import FEATURE_KINDS
     from pretrain import random_records
     features = random_records(config, count, SEQ, PREDICTIONS)
-    kinds = {name: tfrecord_writer.INT64 for name in features}
-    kinds["masked_lm_weights"] = tfrecord_writer.FLOAT
     with tfrecord_writer.TFRecordFileWriter(path) as writer:
-        writer.write_tfrecords(tfrecord_writer.encode_tfrecords(features, kinds), count)
+        writer.write_tfrecords(tfrecord_writer.encode_tfrecords(features, FEATURE_KINDS), count)
 
 
 def run_once(work, name, steps, batch, config_file):

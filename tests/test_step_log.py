@@ -93,7 +93,7 @@ def test_start_up_counts_from_the_process_start_for_the_first_job_only(monkeypat
     """A command's one job pays the process's start-up (imports, TensorFlow); a later job of
     the same process (the demo's phases) counts from its own beginning."""
     from training import hooks
-    monkeypatch.setattr(hooks, "_JOB_STARTS", [])
+    monkeypatch.setattr(hooks, "_a_job_started", False)
     monkeypatch.setattr(hooks, "process_start_time", lambda: 1000.0)
     monkeypatch.setattr(hooks.time, "time", lambda: 5000.0)
     assert hooks.job_start_time() == 1000.0

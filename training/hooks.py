@@ -78,7 +78,7 @@ def process_start_time():
         return None
 
 
-_JOB_STARTS = []  # when each job (a pre-training or fine-tuning run) of this process began
+_a_job_started = False  # whether a job (a pre-training or fine-tuning run) began here
 
 
 def job_start_time():
@@ -86,9 +86,9 @@ def job_start_time():
     job of a process (its imports and TensorFlow's start are that job's), the call itself
     for a later one (the demo runs its phases one after another in one process, and a phase
     did not wait for the ones before it)."""
-    now = time.time()
-    first = not _JOB_STARTS
-    _JOB_STARTS.append(now)
+    global _a_job_started
+    now, first = time.time(), not _a_job_started
+    _a_job_started = True
     return (process_start_time() or now) if first else now
 
 
