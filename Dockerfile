@@ -1,13 +1,16 @@
-# GPU image: TensorFlow 2.15 with CUDA, Horovod built with NCCL and Gloo, this package installed.
+# GPU image: TensorFlow 2.15.1 on CUDA 12, Horovod 0.28.1 built with NCCL and Gloo, this package;
+# all installed by scripts/install.sh exactly as on a GPU machine (BERT_TF_FLAVOR=gpu).
 #   docker build -t bert-tf . && docker run --gpus all --rm -it bert-tf
-FROM tensorflow/tensorflow:2.15.0-gpu
+# The base is a CUDA 12.2 devel image (TensorFlow 2.15 is built for CUDA 12.2): it brings what
+# Horovod's NCCL build compiles with (nvcc, cuda_runtime.h, libcudart_static.a); cuDNN, cuBLAS and
+# NCCL come with tensorflow[and-cuda] into the venv, as on any GPU machine.
+FROM nvidia/cuda:12.2.2-devel-ubuntu22.04
 
 ENV DEBIAN_FRONTEND=noninteractive \
-    HOROVOD_GPU_OPERATIONS=NCCL \
-    HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
-    HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
     TF_CPP_MIN_LOG_LEVEL=2
-RUN apt-get update && apt-get install -y --no-install-recommends cmake g++ git \
+# Python 3.11 (Ubuntu 22.04's universe), cmake 3.x and g++ for Horovod's build.
+RUN apt-get update && apt-get install -y --no-install-recommends \
+        python3.11 python3.11-venv python3.11-dev cmake g++ make \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /workspace/bert
@@ -25,9 +28,10 @@ COPY data_prep data_prep
 COPY reporting reporting
 COPY scripts scripts
 COPY *.py ./
-# The base image ships TensorFlow 2.15.0; pin the rest of the stack to match it.
-RUN pip install --no-cache-dir "tensorflow==2.15.1" "numpy<2" && \
-    pip install --no-cache-dir -e . && \
-    pip install --no-cache-dir --no-build-isolation "horovod==0.28.1" && \
-    horovodrun --check-build
+# No GPU is visible while an image builds, hence the explicit flavour; install.sh finds the
+# toolkit through the nvcc on PATH (/usr/local/cuda/bin) and ends with horovodrun --check-build.
+RUN BERT_TF_FLAVOR=gpu BERT_VENV=/workspace/bert/.venv BERT_CACHE_DIR=/tmp/bert-tf-cache \
+        PYTHON=python3.11 bash scripts/install.sh \
+    && rm -rf /tmp/bert-tf-cache /root/.cache/pip
+ENV PATH=/workspace/bert/.venv/bin:$PATH
 CMD ["bash"]

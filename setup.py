@@ -61,6 +61,7 @@ setup(
             "bert-extract-features=cli.extract_features:COMMAND.run",
             "bert-convert-checkpoint=cli.convert_checkpoint:main",
             "bert-demo=cli.demo:COMMAND.run",                            # demo.py
+            "bert-preflight=cli.preflight:COMMAND.run",                  # scripts/preflight.sh
         ],
     },
 )

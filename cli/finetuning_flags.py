@@ -49,8 +49,10 @@ def define_common_flags(flag_values=flags.FLAGS, options=ClassifierOptions):
                          "Micro-batches per optimizer step.")
     train.DEFINE_enum("optimizer_type", options.optimizer_type, ["adam", "adamw", "lamb"],
                       "Google's AdamWeightDecay, the same with Adam's bias correction (adamw: "
-                      "torch's AdamW) or NVLAMB (NVIDIA's defaults: lamb for GLUE, adam for "
-                      "SQuAD).")
+                      "torch's AdamW) or NVLAMB. Default adam for GLUE and SQuAD (NVIDIA's "
+                      "GLUE default lamb moves each tensor by ~learning_rate x its norm: at "
+                      "fine-tuning rates the model ends at the majority class; "
+                      "docs/finetuning.md).")
     dist.DEFINE_bool("horovod", options.horovod,
                      "Data-parallel over Horovod ranks (horovodrun -np N).")
     dist.DEFINE_integer("num_local_devices", options.num_local_devices,
@@ -58,6 +60,11 @@ def define_common_flags(flag_values=flags.FLAGS, options=ClassifierOptions):
                         "Horovod (in-graph towers, one gradient average; N logical CPU devices "
                         "on a machine without GPU). --train_batch_size and --learning_rate stay "
                         "per device, as per rank under --horovod.")
+    dist.DEFINE_bool("allow_cpu", options.allow_cpu,
+                     "Run on the CPU where a GPU is expected (/dev/nvidia* or "
+                     "CUDA_VISIBLE_DEVICES) but TensorFlow sees none; without it such a run "
+                     "stops at start-up naming the cause (CPU-only TensorFlow, CUDA libraries "
+                     "not found).")
     speed.DEFINE_bool("amp", options.amp, "Automatic mixed precision (--amp_dtype compute; "
                       "NVIDIA's default: on; without a GPU, off unless given).")
     speed.DEFINE_enum("amp_dtype", options.amp_dtype, ["float16", "bfloat16"],

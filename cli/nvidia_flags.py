@@ -55,11 +55,11 @@ def warn_ignored(flag_values):
 
 def start_training_command(flag_values, options):
     """What the training commands do after parsing and before TensorFlow starts: one warning
-    per ignored NVIDIA flag given, and XLA's environment flag when the run (`options`, the
-    job's options) will use XLA (NVIDIA's default --use_xla only where there is a GPU:
-    runtime.speed_defaults)."""
-    from runtime.speed_defaults import resolve
-    from runtime.xla_env import enable_cpu_xla
+    per ignored NVIDIA flag given, and XLA's environment flags for the run (`options`, the
+    job's options; NVIDIA's default --use_xla only where there is a GPU:
+    runtime.speed_defaults), GPU or CPU (`runtime.xla_env`)."""
+    from runtime.speed_defaults import gpu_visible, resolve
+    from runtime.xla_env import prepare_xla_environment
     warn_ignored(flag_values)
-    if resolve(options).use_xla:
-        enable_cpu_xla()
+    on_gpu = gpu_visible()
+    prepare_xla_environment(resolve(options, gpu=on_gpu).use_xla, on_gpu)

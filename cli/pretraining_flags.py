@@ -76,6 +76,11 @@ def define_flags(flag_values=flags.FLAGS):
                         "Horovod (in-graph towers, one gradient average; N logical CPU devices "
                         "on a machine without GPU). --train_batch_size and --learning_rate stay "
                         "per device, as per rank under --horovod.")
+    dist.DEFINE_bool("allow_cpu", OPTIONS.allow_cpu,
+                     "Run on the CPU where a GPU is expected (/dev/nvidia* or "
+                     "CUDA_VISIBLE_DEVICES) but TensorFlow sees none; without it such a run "
+                     "stops at start-up naming the cause (CPU-only TensorFlow, CUDA libraries "
+                     "not found).")
     speed.DEFINE_bool("amp", OPTIONS.amp,
                       "Automatic mixed precision: --amp_dtype compute, float32 weights "
                       "(NVIDIA's default: on; without a GPU, off unless given).")

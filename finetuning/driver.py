@@ -64,6 +64,24 @@ def evaluated_step(options):
     return 0
 
 
+def no_learning_warning(finding, options):
+    """The one line for an evaluation that scores what a constant answer or chance does:
+    what was seen, the optimizer and learning rate that trained the model, what to try. Why:
+    such a run (LAMB at fine-tuning rates: each tensor moves by ~learning rate x its norm,
+    so the new head hardly moves) otherwise ends with exit 0 and a plausible-looking file."""
+    if not options.do_train:
+        return (f"{finding}: the model learned nothing (not trained in this run: is "
+                "--init_checkpoint a fine-tuned model?)")
+    if options.optimizer_type == "lamb":
+        advice = ("LAMB moves each tensor by ~learning rate x its norm, too little for a new "
+                  "head at fine-tuning rates: try --optimizer_type=adam (docs/finetuning.md)")
+    else:
+        advice = ("try a higher --learning_rate (Google's: 2e-5 to 5e-5), more "
+                  "--num_train_epochs or examples, and check --init_checkpoint")
+    return (f"{finding}: the model learned nothing; optimizer {options.optimizer_type} at "
+            f"learning rate {options.learning_rate:g}: {advice}")
+
+
 def _validate(task, options, config):
     if not (options.do_train or options.do_predict or getattr(options, "do_eval", False)
             or options.export_dir or options.export_triton or options.triton_model_repository):
@@ -95,7 +113,8 @@ def run(task, options):
     Rank 0 holds the output folder's run lock throughout (`resilience.run_lock`)."""
     started_at = job_start_time()
     # a plain namespace of values (a library caller) may leave the devices out: one
-    workers = Workers(options.horovod, getattr(options, "num_local_devices", 1))
+    workers = Workers(options.horovod, getattr(options, "num_local_devices", 1),
+                      getattr(options, "allow_cpu", False))
     with run_lock(options.output_dir, workers.is_chief):
         return _run(task, options, workers, started_at)
 
@@ -119,10 +138,12 @@ def _run(task, options, workers, started_at):
                                                               workers.replicas)
         workers.log_towers(options.train_batch_size * options.num_accumulation_steps
                            * workers.replicas)
-        logging.info("fine-tuning %s on %d examples: %d steps (%d warm-up)", task.name,
-                     num_examples, num_train_steps, num_warmup_steps, extra=SHOW)
+        logging.info("fine-tuning %s on %d examples: %d steps (%d warm-up) on %s", task.name,
+                     num_examples, num_train_steps, num_warmup_steps,
+                     workers.describe_devices(), extra=SHOW)
 
-    speed = resolve_speed(options)  # NVIDIA's --amp/--use_xla defaults on a machine without GPU
+    # NVIDIA's --amp/--use_xla defaults on a machine without GPU
+    speed = resolve_speed(options, gpu=bool(workers.gpus))
     if workers.is_chief:
         for note in speed.notes:
             logging.info("%s", note, extra=SHOW)
@@ -188,6 +209,10 @@ def _run(task, options, workers, started_at):
         results[split] = task.evaluate(split, examples, features, outputs, options.output_dir,
                                        evaluated_step(options))
         logging.info("%s results: %s", split, results[split])
+        check = getattr(task, "no_learning", None) if split == "dev" else None
+        finding = check(features, outputs) if check else None
+        if finding:
+            logging.warning("%s", no_learning_warning(finding, options))
 
     if options.export_dir or triton:
         checkpoint = tf1.train.latest_checkpoint(options.output_dir)

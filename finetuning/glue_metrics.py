@@ -15,6 +15,9 @@ Per task, ``task_metrics`` reports the GLUE set:
 
 ``eval_result_names`` renames them as Google's and NVIDIA's ``eval_results.txt`` have them
 (``eval_accuracy``, ``eval_f1``, ``MCC``, ...), so tools that grep those files read ours.
+``no_learning`` says when the predictions score what a constant answer does (the majority
+class; STS-B: the labels' mean) or are no more related to the labels than chance: the
+driver then warns that the model learned nothing.
 
 Files (each written to a temporary name and renamed):
 
@@ -196,6 +199,83 @@ def task_metrics(task_name, predictions, labels, weights=None):
         result["f1"] = f1_score(ids, labels, weights)
         result["acc_and_f1"] = (result["accuracy"] + result["f1"]) / 2.0
     return result
+
+
+# A classifier whose probabilities' mean entropy is at least NEAR_UNIFORM of a uniform
+# guess's (ln k) and whose Matthews correlation is at most RANDOM_HEAD_MCC predicts what
+# its random initial head does. Measured with all-MiniLM-L6-v2 on SST-2: 2000 random heads
+# (normal, stddev 0.02, cut at 2 sigma) on its 872 dev examples give entropy shares >= 0.997
+# and |MCC| <= 0.14 (median 0.03); after LAMB at 5e-5 (56 steps) or 3e-6 (112) the heads
+# are still there on 272 held-out examples (>= 0.9997, MCC -0.07 to 0.20). The MCC bound is what keeps
+# a model whose logits are still small but whose ranking was learned: AdamWeightDecay at
+# 3e-6 (entropy >= 0.9995, MCC 0.32-0.38, accuracy 0.66-0.69); at 5e-5 it leaves the
+# uniform far behind (0.31, MCC 0.62). bench/glue_optimizers.py has the runs.
+NEAR_UNIFORM = 0.99
+RANDOM_HEAD_MCC = 0.25
+
+
+def no_learning(task_name, predictions, labels, label_list=None):
+    """What shows that these predictions learned nothing, as a phrase, or None.
+
+    Why: a fine-tuning whose optimizer hardly moved the new head (LAMB at fine-tuning
+    rates) scores what its random head scores, writes its eval_results.txt and exits 0;
+    nothing else tells the user. Classification: every prediction is the same class; the
+    accuracy is within one example of the majority class's share (what always answering
+    that class scores); the class probabilities are near-uniform (mean entropy at least
+    NEAR_UNIFORM of ln k) with a Matthews correlation a random head reaches (at most
+    RANDOM_HEAD_MCC): what a head that hardly left its random initialisation gives, which
+    on a pre-trained model's features can still beat chance a little, so the last rule
+    alone misses it; or the predictions are no more related to the labels than chance:
+    their Matthews correlation is under two standard errors of independence, 2 / sqrt(n)
+    (for two classes sqrt(n) x MCC is the square root of the chi-square statistic, ~N(0, 1)
+    when predictions and labels are independent). Regression (STS-B): every prediction is
+    the same; the mean squared error is within one example's share of the labels' variance
+    (what predicting their mean scores) or above it; or the Pearson correlation is under
+    2 / sqrt(n). Pass the real examples only (no padding)."""
+    labels = np.asarray(labels).reshape(-1)
+    n = labels.size
+    if n < 2:
+        return None
+    if not np.all(np.isfinite(np.asarray(predictions, np.float64))):
+        return "dev predictions are not finite (NaN or inf weights?)"
+    chance = 2.0 / np.sqrt(n)
+    if canonical_task_name(task_name) in REGRESSION_TASKS:
+        values = np.asarray(predictions, np.float64).reshape(-1)
+        labels = labels.astype(np.float64)
+        mse = float(np.mean((values - labels) ** 2))
+        variance = float(np.var(labels))
+        if np.all(values == values[0]):
+            return f"every dev prediction is {values[0]:.4g} (mean squared error {mse:.4f})"
+        if mse >= variance * (1.0 - 1.0 / n):
+            return (f"dev mean squared error {mse:.4f} = predicting the mean "
+                    f"({variance:.4f})")
+        correlation = pearson(values, labels)
+        if not correlation > chance:   # NaN (constant labels) included
+            return (f"dev Pearson correlation {correlation:.4f}, no better than chance "
+                    f"(under {chance:.4f})")
+        return None
+    ids = _class_ids(predictions)
+    score = accuracy(ids, labels)
+    majority = float(np.max(np.unique(labels, return_counts=True)[1])) / n
+    if np.all(ids == ids[0]):
+        name = label_list[int(ids[0])] if label_list is not None else int(ids[0])
+        return (f"dev accuracy {score:.4f} with every prediction {name!r} (majority class "
+                f"{majority:.4f})")
+    if abs(score - majority) <= 1.0 / n + 1e-12:
+        return f"dev accuracy {score:.4f} = the majority class ({majority:.4f})"
+    mcc = matthews_corrcoef(ids, labels)
+    probabilities = np.asarray(predictions, np.float64)
+    if probabilities.ndim == 2 and probabilities.shape[1] > 1 and mcc <= RANDOM_HEAD_MCC:
+        entropy = -np.sum(probabilities * np.log(np.maximum(probabilities, 1e-30)), axis=1)
+        uniform = float(np.mean(entropy) / np.log(probabilities.shape[1]))
+        if uniform >= NEAR_UNIFORM:
+            return (f"dev accuracy {score:.4f} with near-uniform probabilities (entropy "
+                    f"{uniform:.2%} of a uniform guess's) and Matthews correlation {mcc:.4f}: "
+                    "a random head's")
+    if mcc <= chance:
+        return (f"dev accuracy {score:.4f}, no better than chance (Matthews correlation "
+                f"{mcc:.4f}, under {chance:.4f}; majority class {majority:.4f})")
+    return None
 
 
 # Names in eval_results.txt: Google's run_classifier.py writes eval_accuracy (and eval_loss),

@@ -5,7 +5,8 @@ PREDICT returns and what the SavedModel serves; the encoder, mixed precision, ch
 loading and the training step (AdamWeightDecay or LAMB, loss scaling, accumulation, Horovod)
 are the same for all, shared with pre-training through `training.train_step`. With several
 `settings.devices` (--num_local_devices), TRAIN builds one tower per device on its slice of the
-batch and trains on the mean of their losses (`runtime.towers`); EVAL and PREDICT use one.
+batch and trains on the mean of their losses, each tower's gradients taken on its device
+(`runtime.towers`, `training.train_step.train_spec`); EVAL and PREDICT use one.
 """
 from contextlib import nullcontext
 
@@ -38,12 +39,13 @@ def make_model_fn(task, settings, extra_hooks_fn=None):
                 return task.build_outputs(model, part, is_training)
 
         if is_training and len(settings.devices) > 1:
-            loss = tower_mean(build_towers(
-                settings.devices, features,
-                lambda part, tower: task.loss(build(part, tower), part)))
+            built = build_towers(settings.devices, features,
+                                 lambda part, tower: task.loss(build(part, tower), part))
+            loss = tower_mean([tower.outputs for tower in built])
             if settings.init_checkpoint:
                 init_from_checkpoint(settings.init_checkpoint)
-            return train_spec(settings, loss, micro_step, {"loss": loss}, extra_hooks_fn)
+            return train_spec(settings, loss, micro_step, {"loss": loss}, extra_hooks_fn,
+                              [(tower.device, tower.outputs, tower.reads) for tower in built])
         outputs = build(features)
         if settings.init_checkpoint:
             init_from_checkpoint(settings.init_checkpoint)

@@ -1,9 +1,10 @@
 """What a fine-tuning run is given, by the names of run_classifier.py's and run_squad.py's
 flags (Google's and NVIDIA's names): `FinetuningOptions` for what both take, then
 `ClassifierOptions` and `SquadOptions`, each with the defaults of NVIDIA's script of the same
-name where the two scripts differ. The commands define their flags from these defaults and
-their meaning is in their `--help` (`cli/finetuning_flags.py`); `ClassifierOptions.of(...)`
-runs `finetuning.driver` without a command line."""
+name where the two scripts differ, but one: GLUE's optimizer (`ClassifierOptions`). The
+commands define their flags from these defaults and their meaning is in their `--help`
+(`cli/finetuning_flags.py`); `ClassifierOptions.of(...)` runs `finetuning.driver` without a
+command line."""
 import dataclasses
 from typing import Optional
 
@@ -28,11 +29,12 @@ class FinetuningOptions(RunOptions):
     num_train_epochs: float = 3.0
     warmup_proportion: float = 0.1
     num_accumulation_steps: int = 1
-    optimizer_type: str = "lamb"                  # adam | adamw | lamb
+    optimizer_type: str = "adam"                  # adam | adamw | lamb (not NVIDIA's lamb: README)
     seed: int = 12345
     # devices, ranks, precision
     horovod: bool = False
     num_local_devices: int = 1
+    allow_cpu: bool = False                       # ours: a GPU machine without GPU may run
     amp: bool = True
     amp_dtype: str = "float16"
     use_xla: bool = True
@@ -56,7 +58,10 @@ class FinetuningOptions(RunOptions):
 
 @dataclasses.dataclass(frozen=True)
 class ClassifierOptions(FinetuningOptions):
-    """run_classifier.py: NVIDIA's GLUE defaults (LAMB, 128 / 5e-5 / 32)."""
+    """run_classifier.py: NVIDIA's GLUE defaults (128 / 5e-5 / 32), but Google's
+    AdamWeightDecay, not NVIDIA's LAMB: at fine-tuning rates LAMB moves each tensor by
+    ~learning rate x its norm and a real model ends at the majority class (README;
+    docs/finetuning.md has the measurements)."""
     task_name: Optional[str] = None
     data_dir: Optional[str] = None
     do_eval: bool = False

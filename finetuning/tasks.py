@@ -9,7 +9,8 @@ A task provides
            serving_output_spec(max_seq_length), extra_serving_inputs, eval_metric_ops;
   scoring: evaluate(split, examples, features, results, output_dir, global_step) -> metrics
            (writes the task's result files; eval_results.txt with Google's names,
-           training/eval_results.py).
+           training/eval_results.py); no_learning(features, results) -> why the dev
+           predictions show the model learned nothing, or None (the driver warns).
 Everything else (encoder, precision, optimizer, Horovod, Estimator, export) is the driver's.
 """
 import os
@@ -122,9 +123,19 @@ class ClassifierTask:
                                                       weights=weights)}
 
     # ------------------------------------------------------------------ scoring
-    def evaluate(self, split, examples, features, results, output_dir, global_step=0):
+    def _values(self, results):
         key = "predictions" if self.is_regression else "probabilities"
-        values = np.array([r[key] for r in results], dtype=np.float64)
+        return np.array([r[key] for r in results], dtype=np.float64)
+
+    def no_learning(self, features, results):
+        """What shows that the dev predictions learned nothing (the majority class, or
+        STS-B's mean: `glue_metrics.no_learning`), or None."""
+        return glue_metrics.no_learning(self.name, self._values(results),
+                                        np.array([f.label_id for f in features]),
+                                        None if self.is_regression else self.labels)
+
+    def evaluate(self, split, examples, features, results, output_dir, global_step=0):
+        values = self._values(results)
         if split == "dev":
             labels = np.array([f.label_id for f in features])
             metrics = glue_metrics.eval_result_names(
@@ -258,6 +269,10 @@ class SquadTask:
 
     def eval_metric_ops(self, outputs, features):
         return {}
+
+    def no_learning(self, features, results):
+        """No constant-answer check for spans (the GLUE tasks have one)."""
+        return None
 
     # ------------------------------------------------------------------ scoring
     def evaluate(self, split, examples, features, results, output_dir, global_step=0):

@@ -33,6 +33,13 @@ OPTIMIZER_SLOT_SUFFIXES = tuple("/" + s for s in (LAMB_M, LAMB_V, LAMB_STEP, ADA
 LOSS_SCALE_SCOPE = "loss_scale"                # loss_scale/{loss_scale,good_steps,skipped_steps}
 ACCUMULATION_SCOPE = "gradient_accumulation"   # gradient_accumulation/local_step
 
+# With in-graph towers (runtime.towers) each tower accumulates on its own device: tower 0
+# in the variable's ``<var>/accum`` above, tower k >= 1 in
+# ``gradient_accumulation/tower_<k>/<var>/accum`` (under ACCUMULATION_SCOPE and ending in
+# ``/accum``, so ``is_training_state`` and the weights-only loaders skip it as they skip
+# the other buffers).
+TOWER_ACCUMULATION_SCOPE = ACCUMULATION_SCOPE + "/tower_{}"
+
 TRAINING_STATE_SUFFIXES = OPTIMIZER_SLOT_SUFFIXES + ("/" + GRAD_ACCUM,)
 TRAINING_STATE_SCOPES = (LOSS_SCALE_SCOPE + "/", ACCUMULATION_SCOPE + "/")
 

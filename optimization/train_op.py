@@ -37,18 +37,24 @@ all ranks and so is the finite check: all ranks skip or apply together and their
 weights, loss scales and counters stay in sync without an extra collective. Inf and
 NaN survive the allreduce sum, so an overflow on any one rank makes every rank skip.
 
-With in-graph towers (``runtime.towers``, several devices in one process) ``loss`` is the
-mean of the towers' losses; its gradient (step 1) is already the towers' average, so nothing
-here changes: one finite check, one accumulation, one update for all towers.
+With in-graph towers (``runtime.towers``, several devices in one process, ``towers=``) step 1
+is taken per tower on its own device (``optimization.tower_gradients``: each tower's loss
+scaled by S / towers, with respect to the local copies of the weights it reads), step 3
+accumulates each tower's gradients in buffers on its own device, and the towers' sums meet on
+the variables' device once per optimizer step; after an applied update the towers' copies
+are refreshed from the masters. One finite check, one update for all towers, as before:
+only what crosses devices changed (once per window instead of every micro-batch).
 """
 import tensorflow as tf
 
 from optimization.adam_weight_decay import AdamWeightDecayOptimizer
-from optimization.decoupled_weight_decay import DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY, to_dense
+from optimization.decoupled_weight_decay import DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY
 from optimization.gradient_accumulation import GradientAccumulator
 from optimization.lamb import LAMBOptimizer
 from optimization.learning_rate import learning_rate_schedule
 from optimization.loss_scale import DynamicLossScale, FixedLossScale
+from optimization.tower_gradients import (Tower, refresh_local_weights, sum_over_towers,
+                                          tower_gradients)
 
 
 # The Adam forms (make_optimizer): their schedule is linear and continuous, LAMB's is not.
@@ -92,12 +98,13 @@ def make_loss_scale(loss_scale, init_loss_scale=2.0 ** 32):
 def create_train_op(loss, optimizer_type, init_lr, num_train_steps, num_warmup_steps,
                     num_accumulation_steps=1, loss_scale=None, init_loss_scale=2.0 ** 32,
                     allreduce_fn=None, allreduce_post_accumulation=False, tvars=None,
-                    global_step=None, weight_decay_rate=0.01, lamb_layer_adaptation="all"):
+                    global_step=None, weight_decay_rate=0.01, lamb_layer_adaptation="all",
+                    towers=None):
     """Builds the op running one micro-batch of training (see the module docstring).
 
     Args:
       loss: scalar loss of the micro-batch (a mean over its examples), any float dtype;
-        with in-graph towers, the mean of the towers' losses (``runtime.towers``).
+        with ``towers``, not differentiated (the towers' own losses are).
       optimizer_type: 'lamb', 'adam' or 'adamw'.
       init_lr, num_train_steps, num_warmup_steps: the learning-rate schedule
         (``learning_rate_schedule``: power 0.5 for LAMB, 1 and continuous for Adam).
@@ -111,6 +118,8 @@ def create_train_op(loss, optimizer_type, init_lr, num_train_steps, num_warmup_s
       global_step: the step variable (default: get_or_create_global_step()).
       weight_decay_rate: decoupled weight decay of the optimizer.
       lamb_layer_adaptation: 'all' or 'weights' (``make_optimizer``).
+      towers: in-graph towers (``optimization.tower_gradients.Tower``: device, loss, local
+        copies read), or None: train on ``loss`` alone.
 
     Returns:
       ``(train_op, extras)``. ``extras`` holds scalar tensors for logging:
@@ -135,19 +144,14 @@ def create_train_op(loss, optimizer_type, init_lr, num_train_steps, num_warmup_s
         tvars = tf.compat.v1.trainable_variables()
 
     scale = scaler.scale
-    # Colocated: with in-graph towers (runtime.towers: `loss` is the mean of the towers'
-    # losses) each tower's backward pass runs on its tower's device and only the sum into a
-    # variable's gradient on the variable's; on one device this changes nothing.
-    grads = tf.compat.v1.gradients(tf.cast(loss, tf.float32) * scale, list(tvars),
-                                   colocate_gradients_with_ops=True)
-    pairs = [(g, v) for g, v in zip(grads, tvars) if g is not None]
-    if not pairs:
-        raise ValueError("the loss depends on none of the trainable variables")
-    variables = [v for _, v in pairs]
-    grads = [tf.cast(to_dense(g), tf.float32) for g, _ in pairs]
+    # Colocated gradients: each tower's backward pass runs on its own device (with one
+    # device this changes nothing).
+    towers = list(towers or [Tower(None, loss)])
+    variables, tower_grads = tower_gradients(towers, list(tvars), scale)
     optimizer.create_slots(variables)  # outside any tf.cond: plain outer-graph variables
     if allreduce_fn is not None and not allreduce_post_accumulation:
-        grads = [allreduce_fn(g) for g in grads]
+        # Horovod averages one gradient per rank and micro-batch: the towers' sum.
+        tower_grads = [[allreduce_fn(g) for g in sum_over_towers(tower_grads, variables)]]
 
     def optimizer_step(scaled_grads, multiplier=None):
         """Unscale, check, apply or skip, count. Returns (is_finite, global_norm).
@@ -177,6 +181,8 @@ def create_train_op(loss, optimizer_type, init_lr, num_train_steps, num_warmup_s
                                                global_norm=global_norm,
                                                grad_multiplier=multiplier)
             with tf.control_dependencies([update]):
+                refreshed = refresh_local_weights(towers, variables)
+            with tf.control_dependencies([refreshed]):
                 return tf.constant(True)
 
         applied = tf.cond(is_finite, apply, lambda: tf.constant(False))
@@ -189,10 +195,12 @@ def create_train_op(loss, optimizer_type, init_lr, num_train_steps, num_warmup_s
 
     if num_accumulation_steps == 1:
         is_optimizer_step = tf.constant(True)
-        is_finite, global_norm = optimizer_step(grads)
+        is_finite, global_norm = optimizer_step(sum_over_towers(tower_grads, variables))
     else:
-        accumulator = GradientAccumulator(variables, num_accumulation_steps)
-        is_optimizer_step = accumulator.add(grads)
+        accumulator = GradientAccumulator(
+            variables, num_accumulation_steps,
+            devices=[tower.device for tower in towers] if len(tower_grads) > 1 else None)
+        is_optimizer_step = accumulator.add(*tower_grads)
 
         def at_boundary():
             outputs = optimizer_step(accumulator.sums(), accumulator.mean_multiplier())

@@ -61,16 +61,20 @@ def pretraining_losses(settings, features, is_training, micro_step=None, tower=0
 
 
 def training_losses(settings, features, micro_step):
-    """The three losses (`LOSS_KEYS`, float32 scalars) of one training micro-batch: of the
-    model on the default device, or, with several `settings.devices`, the means of the towers'
-    losses, each tower on its slice of the batch (`runtime.towers.build_towers`)."""
+    """`(losses, towers)` of one training micro-batch. `losses`: the three `LOSS_KEYS`
+    (float32 scalars) of the model on the default device, or, with several
+    `settings.devices`, the means of the towers' losses, each tower on its slice of the
+    batch (`runtime.towers.build_towers`). `towers`: () on one device, else per tower
+    (device, total loss, local weights read) for the training op (`train_spec`)."""
     if len(settings.devices) < 2:
         outputs = pretraining_losses(settings, features, True, micro_step)
-        return {key: outputs[key] for key in LOSS_KEYS}
-    towers = build_towers(settings.devices, features,
-                          lambda part, index: pretraining_losses(settings, part, True,
-                                                                 micro_step, index))
-    return {key: tower_mean([tower[key] for tower in towers]) for key in LOSS_KEYS}
+        return {key: outputs[key] for key in LOSS_KEYS}, ()
+    built = build_towers(settings.devices, features,
+                         lambda part, index: pretraining_losses(settings, part, True,
+                                                                micro_step, index))
+    losses = {key: tower_mean([tower.outputs[key] for tower in built]) for key in LOSS_KEYS}
+    return losses, [(tower.device, tower.outputs["total_loss"], tower.reads)
+                    for tower in built]
 
 
 def eval_metrics(outputs, features):
@@ -110,8 +114,9 @@ def make_model_fn(settings, extra_hooks_fn=None):
         del labels, params
         is_training = mode == tf.estimator.ModeKeys.TRAIN
         micro_step = micro_step_variable() if is_training else None
+        towers = ()
         if is_training:
-            outputs = training_losses(settings, features, micro_step)
+            outputs, towers = training_losses(settings, features, micro_step)
         else:
             outputs = pretraining_losses(settings, features, is_training)
         if settings.init_checkpoint:
@@ -128,6 +133,7 @@ def make_model_fn(settings, extra_hooks_fn=None):
         log_tensors = {key: outputs[key] for key in LOSS_KEYS}
         hooks_fn = extra_hooks_fn and (
             lambda tensors: extra_hooks_fn(dict(tensors, **batch_counts(features))))
-        return train_spec(settings, outputs["total_loss"], micro_step, log_tensors, hooks_fn)
+        return train_spec(settings, outputs["total_loss"], micro_step, log_tensors, hooks_fn,
+                          towers)
 
     return model_fn

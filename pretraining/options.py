@@ -51,6 +51,7 @@ class PretrainingOptions(RunOptions):
     horovod: bool = False
     allreduce_post_accumulation: bool = False
     num_local_devices: int = 1
+    allow_cpu: bool = False                       # ours: a GPU machine without GPU may run
     # output and logs
     save_checkpoints_steps: int = 1000
     keep_checkpoint_max: int = 5

@@ -92,7 +92,8 @@ def run(options):
     Rank 0 holds the output folder's run lock throughout (`resilience.run_lock`)."""
     started_at = job_start_time()
     # a plain namespace of values (a library caller) may leave the devices out: one
-    workers = Workers(options.horovod, getattr(options, "num_local_devices", 1))
+    workers = Workers(options.horovod, getattr(options, "num_local_devices", 1),
+                      getattr(options, "allow_cpu", False))
     with run_lock(options.output_dir, workers.is_chief):
         return _run(options, workers, started_at)
 
@@ -100,9 +101,11 @@ def run(options):
 def _run(options, workers, started_at):
     config = BertConfig.from_json_file(options.bert_config_file)
     _validate(options, config)
-    speed = resolve_speed(options)  # NVIDIA's --amp/--use_xla defaults on a machine without GPU
+    # NVIDIA's --amp/--use_xla defaults on a machine without GPU
+    speed = resolve_speed(options, gpu=bool(workers.gpus))
     compute_type, loss_scale = precision_settings(speed.amp, speed.amp_dtype)
-    results = {"plan": pretraining_plan(options, workers.size, speed)}
+    results = {"plan": dict(pretraining_plan(options, workers.size, speed),
+                            devices=workers.describe_devices())}
     if workers.is_chief:
         for note in speed.notes:
             logging.info("%s", note, extra=SHOW)
@@ -171,7 +174,8 @@ def _run(options, workers, started_at):
     if workers.is_chief:
         tf.io.gfile.makedirs(options.output_dir)
     run_config = make_run_config(options.output_dir, workers, options.save_checkpoints_steps,
-                                 options.keep_checkpoint_max, speed.use_xla, options.seed)
+                                 options.keep_checkpoint_max, speed.use_xla, options.seed,
+                                 xla_memory_optimizer_off=True)
     estimator = tf.estimator.Estimator(make_model_fn(settings, logging_hooks), config=run_config)
 
     if options.do_train:

@@ -23,10 +23,14 @@ with every record as feature `BAD_RECORDS` (taken out of the features by
   missing records exactly when its metadata gives its record count, else as 1.
 The count is state of the tf.data pipeline (`scan`), so it is saved and restored with the
 input state of each rank (`training.input_state`) and recounted identically when a resume
-rebuilds the pipeline and skips records; ranks' counts are summed for the bound.
+rebuilds the pipeline and skips records; ranks' counts are summed for the bound, in the
+session runs that close an accumulation window only (`resilience.window_boundaries`: a sum
+over ranks every micro-batch would make each one a synchronisation point).
 """
 import tensorflow as tf
 from absl import logging
+
+from resilience.window_boundaries import WindowFollower
 
 tf1 = tf.compat.v1
 
@@ -119,15 +123,19 @@ class BadRecordLimitError(RuntimeError):
 
 class BadRecordLimitHook(tf1.train.SessionRunHook):
     """Logs the bad records skipped (summed over ranks) whenever the total grows, and stops
-    the run on every rank (BadRecordLimitError) once it exceeds `limit`. `describe` names
-    the input (e.g. the --input_files_dir) in the message."""
+    the run on every rank (BadRecordLimitError) once it exceeds `limit`, both at the end of
+    an accumulation window (where ranks meet anyway). `describe` names the input (e.g. the
+    --input_files_dir) in the message."""
 
     def __init__(self, limit, workers, describe):
         self._limit = int(limit)
         self._workers = workers
         self._describe = describe
         self._count = None
+        self._windows = WindowFollower(workers.rank)
+        self._checking = False
         self.total = 0
+        self.sums_fetched = 0     # session runs that fetched the sum over ranks
 
     def input_fn(self, inner):
         """Wraps an input_fn whose features carry BAD_RECORDS: takes it out (the model never
@@ -141,14 +149,28 @@ class BadRecordLimitHook(tf1.train.SessionRunHook):
     def begin(self):
         if self._count is None:
             raise RuntimeError("BadRecordLimitHook used without its input_fn")
-        # Every rank fetches the sum in every run, as collectives require.
+        # Every rank fetches the sum in the same runs (those closing a window), as
+        # collectives require.
         self._total = self._workers.sum_over_ranks(tf.cast(self._count, tf.float64))
+        self._windows.begin()
+
+    def after_create_session(self, session, coord):
+        self._windows.after_create_session(session)
 
     def before_run(self, run_context):
-        return tf1.train.SessionRunArgs(self._total)
+        self._checking = self._windows.closes_next_run()
+        fetches = self._windows.fetches()
+        if self._checking:
+            fetches["total"] = self._total
+        return tf1.train.SessionRunArgs(fetches)
 
     def after_run(self, run_context, run_values):
-        total = int(run_values.results)
+        results = run_values.results
+        self._windows.after_run(results, self._checking)
+        if "total" not in results:
+            return
+        self.sums_fetched += 1
+        total = int(results["total"])
         if total > self.total and self._workers.is_chief:
             logging.warning("%s: %d bad record%s skipped so far (--max_bad_records=%d)",
                             self._describe, total, "s" * (total != 1), self._limit)

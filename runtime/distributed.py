@@ -10,6 +10,11 @@ With `num_local_devices` N > 1 (no Horovod), the single worker trains N in-graph
 this machine's GPUs (or N logical CPU devices without a GPU; runtime/towers.py says why
 towers and not MirroredStrategy): `devices` lists them, and `replicas` (ranks x devices) is
 what the learning rate and the global batch scale with, as the number of Horovod ranks does.
+
+Devices: a process that should have a GPU and has none stops here, before anything is built
+(`runtime.devices.check_devices`; `allow_cpu` lets it run on the CPU), and `describe_devices`
+names what each run uses. A Horovod rank sees only its own GPU, in its eager context as in its
+sessions (`_restrict_to_rank_gpu`): both then number it GPU:0, as they must in one process.
 """
 import os
 import socket
@@ -20,6 +25,7 @@ from absl import logging
 from reporting.console import SHOW
 from reporting.errors import UsageError
 from runtime.affinity import pin_to_gpu
+from runtime.devices import check_devices, describe
 from runtime.threads import choose_threads
 from runtime.towers import local_devices, session_device_count
 
@@ -30,7 +36,7 @@ class Workers:
     """rank/size/local_rank and the Horovod hooks, or a single-worker stand-in for them;
     `devices`: this process's tower devices (empty: one device, no towers)."""
 
-    def __init__(self, use_horovod=False, num_local_devices=1):
+    def __init__(self, use_horovod=False, num_local_devices=1, allow_cpu=False):
         self.use_horovod = bool(use_horovod)
         num_local_devices = int(num_local_devices)
         if num_local_devices < 1:
@@ -38,8 +44,10 @@ class Workers:
         if self.use_horovod and num_local_devices > 1:
             raise UsageError("--horovod runs one device per rank: pass --horovod (horovodrun "
                              "-np N) or --num_local_devices=N (one process), not both")
-        # Before anything initialises TensorFlow's devices: without a GPU, the towers are
-        # logical CPU devices, which can only be made before that.
+        # Before anything initialises TensorFlow's devices (listing them does not).
+        self.gpus = check_devices(allow_cpu)
+        # Without a GPU, the towers are logical CPU devices, which can only be made before
+        # TensorFlow initialises its devices.
         self.devices = local_devices(num_local_devices) if num_local_devices > 1 else []
         if self.use_horovod:
             try:
@@ -57,11 +65,48 @@ class Workers:
                          self.rank, self.size,
                          os.environ.get("HOROVOD_HOSTNAME") or socket.gethostname(),
                          self.local_rank, hvd.local_size(), hvd.cross_rank(), hvd.cross_size())
+            self._restrict_to_rank_gpu()
         else:
             self._hvd = None
             self.rank, self.size, self.local_rank = 0, 1, 0
         self._threads_logged = False
         self._pin_cpus()
+
+    def _restrict_to_rank_gpu(self):
+        """This rank's eager context sees only its local GPU, as its sessions do
+        (`session_config`: visible_device_list = local rank). Two views of one process that
+        map TensorFlow's GPU:0 to different physical GPUs fail ("mapped to multiple
+        devices"): without this an eager op on rank k >= 1 (the bad-record scan after an
+        input failure) would map GPU:0 to physical GPU 0 while the session maps it to GPU k."""
+        if not self.gpus:
+            return
+        if self.local_rank >= len(self.gpus):
+            raise UsageError(f"Horovod local rank {self.local_rank} but this node has "
+                             f"{len(self.gpus)} GPU(s) visible: start one rank per GPU (-np, "
+                             "--ntasks-per-node)")
+        physical = tf.config.list_physical_devices("GPU")
+        try:
+            tf.config.set_visible_devices([physical[self.local_rank]], "GPU")
+        except RuntimeError:  # devices already initialised (a test process): left as they are
+            logging.warning("rank %d: TensorFlow's devices were initialised before Horovod; "
+                            "its eager ops may see other GPUs than its sessions", self.rank)
+
+    def used_gpus(self):
+        """The GPUs this process computes on: its rank's GPU, its towers' GPUs, or GPU 0."""
+        if not self.gpus:
+            return []
+        if self.use_horovod:
+            return [self.gpus[self.local_rank]]
+        return self.gpus[:self.num_devices]
+
+    def describe_devices(self):
+        """What the run computes on, for its plan line: "CPU", this process's GPUs, or under
+        Horovod "8 ranks, one GPU each; rank 0: GPU 0: NVIDIA ... (...)"."""
+        mine = describe(self.used_gpus())
+        if not self.use_horovod:
+            return mine
+        each = "one GPU each" if self.gpus else "on CPUs"
+        return f"{self.size} rank(s), {each}; rank {self.rank}: {mine}"
 
     @property
     def num_devices(self):
@@ -85,7 +130,7 @@ class Workers:
         """Runs this process's threads on the CPUs of its GPU's socket, as NVIDIA's scripts
         do; early, so the threads TensorFlow starts later inherit it. A process driving
         several GPUs (towers) spans their sockets and is left alone."""
-        if not tf.config.list_physical_devices("GPU"):
+        if not self.gpus:
             logging.debug("no GPU: CPU affinity left alone")
             return
         if self.num_devices > 1:
@@ -134,13 +179,12 @@ class Workers:
         that GPU's memory up front (no allow_growth): growing it piecemeal fragments memory
         and slows the first steps, and no other process shares a training GPU."""
         config = tf1.ConfigProto(allow_soft_placement=True)
-        if self.use_horovod and tf.config.list_physical_devices("GPU"):
+        if self.use_horovod and self.gpus:
             config.gpu_options.visible_device_list = str(self.local_rank)
         for kind, count in session_device_count(self.devices).items():
             config.device_count[kind] = count  # towers on logical CPU devices
         # The cores allotted to this rank, not the whole machine (runtime.threads).
-        intra, inter, why = choose_threads(self.local_size(),
-                                           bool(tf.config.list_physical_devices("GPU")))
+        intra, inter, why = choose_threads(self.local_size(), bool(self.gpus))
         config.intra_op_parallelism_threads = intra
         config.inter_op_parallelism_threads = inter
         if not self._threads_logged:

@@ -13,9 +13,9 @@ This module must not import TensorFlow: commands decide about XLA's environment 
 TensorFlow starts (`runtime.xla_env`).
 """
 import dataclasses
-import glob
-import os
 from typing import List
+
+from runtime.devices import gpu_expected
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,12 +28,11 @@ class Speed:
 
 
 def gpu_visible():
-    """Whether this process can see an NVIDIA GPU, known without importing TensorFlow: a
-    device node /dev/nvidia<N> exists and CUDA_VISIBLE_DEVICES does not hide them all."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None and visible.strip() in ("", "-1"):
-        return False
-    return bool(glob.glob("/dev/nvidia[0-9]*"))
+    """Whether this process should see an NVIDIA GPU, known without importing TensorFlow
+    (`runtime.devices.gpu_expected`). Once TensorFlow has started, a run passes what it
+    found instead (`resolve(options, gpu=...)`): a GPU expected but absent is refused, or,
+    with --allow_cpu, computes as a CPU run."""
+    return gpu_expected() is not None
 
 
 def given(options, name):

@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
 # Sets up (or refreshes) the project's virtual environment.
 #
-#   bash scripts/install.sh [--oracles] [--no-horovod] [--test-services]
+#   bash scripts/install.sh [--oracles] [--no-horovod] [--test-services] [--check-toolkit]
 #
 # * Creates $BERT_VENV (default: ./.venv) with Python 3.11.
 # * Installs TensorFlow 2.15.1: tensorflow[and-cuda] where `nvidia-smi` sees a GPU,
 #   tensorflow-cpu otherwise (override with BERT_TF_FLAVOR=cpu|gpu).
 # * Builds Horovod 0.28.1 against that TensorFlow, with Gloo (and NCCL on GPU machines),
 #   once: the wheel is cached in $BERT_CACHE_DIR keyed by every pinned version, so a
-#   second run, even from a fresh clone, installs it in seconds.
+#   second run, even from a fresh clone, installs it in seconds. `horovodrun --check-build`
+#   must then show what the flavour needs (Gloo; NCCL for gpu), or the install fails.
+# * GPU flavour: needs a CUDA 12 toolkit (bin/nvcc, include/cuda_runtime.h, libcudart), the
+#   first of $HOROVOD_CUDA_HOME, $CUDA_HOME, $CUDA_PATH, nvcc on PATH, /usr/local/cuda;
+#   checked before anything is installed. BERT_CUDA_ANY_VERSION=1 accepts another CUDA
+#   version (a build check only: TensorFlow 2.15.1 runs on CUDA 12). NCCL comes from the
+#   venv's nvidia-nccl-cu12 unless HOROVOD_NCCL_HOME/_INCLUDE/_LIB say otherwise.
+# * --check-toolkit only finds and checks that CUDA toolkit, prints it and exits.
 # * --oracles adds the test-only references (torch CPU, transformers, all-MiniLM-L6-v2).
 # * --test-services apt-installs slurm-wlm and munge (a real one-node Slurm for
 #   tests/test_slurm.py) and openssh-server (ssh "hosts" on loopback addresses for
@@ -26,17 +33,98 @@ HOROVOD_VERSION=0.28.1
 WITH_ORACLES=0
 WITH_HOROVOD=1
 WITH_TEST_SERVICES=0
+CHECK_TOOLKIT_ONLY=0
 for arg in "$@"; do
   case "$arg" in
     --oracles) WITH_ORACLES=1 ;;
     --no-horovod) WITH_HOROVOD=0 ;;
     --test-services) WITH_TEST_SERVICES=1 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    --check-toolkit) CHECK_TOOLKIT_ONLY=1 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown option '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
 
 log() { echo "[install] $*"; }
+die() { echo "install.sh: $*" >&2; exit 1; }
+
+CUDA_ADVICE="load a CUDA 12 toolkit (e.g. 'module load cuda/12.2') or set CUDA_HOME to one,\
+ build the Dockerfile's image, or install the CPU build with BERT_TF_FLAVOR=cpu"
+
+# What the folder $1 lacks of a CUDA toolkit, as a phrase; nothing when it has all.
+toolkit_lacks() {
+  local root=$1 missing=() lib
+  [ -d "$root" ] || { echo "does not exist"; return 0; }
+  [ -x "$root/bin/nvcc" ] || missing+=("bin/nvcc")
+  [ -f "$root/include/cuda_runtime.h" ] || missing+=("include/cuda_runtime.h")
+  for lib in lib64/libcudart_static.a lib64/libcudart.so lib/libcudart_static.a lib/libcudart.so \
+             lib/x86_64-linux-gnu/libcudart_static.a lib/x86_64-linux-gnu/libcudart.so ""; do
+    [ -n "$lib" ] || { missing+=("libcudart (lib64/ or lib/libcudart_static.a or libcudart.so)"); break; }
+    [ -e "$root/$lib" ] && break
+  done
+  [ ${#missing[@]} -eq 0 ] || { local joined; joined=$(printf '%s, ' "${missing[@]}"); echo "lacks ${joined%, }"; }
+}
+
+# The CUDA toolkit Horovod's NCCL build compiles with: sets TOOLKIT_ROOT, TOOLKIT_FROM and
+# TOOLKIT_VERSION, or fails in one line. A variable that is set decides alone (if its folder lacks
+# a piece the install stops, so the build never uses another toolkit than the one named);
+# otherwise the folder of the nvcc on PATH (symlinks followed), then /usr/local/cuda.
+# TensorFlow 2.15.1 is built for CUDA 12: another version is refused unless BERT_CUDA_ANY_VERSION=1.
+find_cuda_toolkit() {
+  TOOLKIT_ROOT="" TOOLKIT_FROM=""
+  local var nvcc_on_path i lacks candidates=() sources=() looked=""
+  for var in HOROVOD_CUDA_HOME CUDA_HOME CUDA_PATH; do
+    if [ -n "${!var:-}" ]; then candidates=("${!var}"); sources=("$var"); break; fi
+  done
+  if [ ${#candidates[@]} -eq 0 ]; then
+    if nvcc_on_path=$(command -v nvcc 2>/dev/null); then
+      candidates+=("$(dirname "$(dirname "$(readlink -f "$nvcc_on_path")")")")
+      sources+=("nvcc on PATH, $nvcc_on_path")
+    fi
+    candidates+=(/usr/local/cuda); sources+=("the default")
+  fi
+  for i in "${!candidates[@]}"; do
+    lacks=$(toolkit_lacks "${candidates[$i]}")
+    if [ -z "$lacks" ]; then TOOLKIT_ROOT=${candidates[$i]}; TOOLKIT_FROM=${sources[$i]}; break; fi
+    looked="${looked:+$looked; }${candidates[$i]} (${sources[$i]}) $lacks"
+  done
+  [ -n "$TOOLKIT_ROOT" ] || die "the GPU build needs a CUDA 12 toolkit (bin/nvcc, include/cuda_runtime.h," \
+    "libcudart) and found none: $looked; $CUDA_ADVICE"
+  TOOLKIT_VERSION=$("$TOOLKIT_ROOT/bin/nvcc" --version 2>/dev/null |
+                 sed -n 's/.*release \([0-9][0-9]*\.[0-9][0-9]*\).*/\1/p' | head -n 1) || true
+  [ -n "$TOOLKIT_VERSION" ] || die "$TOOLKIT_ROOT/bin/nvcc --version ($TOOLKIT_FROM) names no" \
+    "'release X.Y'; $CUDA_ADVICE"
+  if [ "${TOOLKIT_VERSION%%.*}" != 12 ] && [ "${BERT_CUDA_ANY_VERSION:-0}" != 1 ]; then
+    die "the CUDA toolkit at $TOOLKIT_ROOT ($TOOLKIT_FROM) is CUDA $TOOLKIT_VERSION, and TensorFlow" \
+      "$TF_VERSION runs on CUDA 12: $CUDA_ADVICE (BERT_CUDA_ANY_VERSION=1 builds anyway, as a" \
+      "build check only: kernels from a newer nvcc need a driver for that CUDA)"
+  fi
+}
+
+FLAVOR="${BERT_TF_FLAVOR:-}"
+if [ -z "$FLAVOR" ]; then
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then FLAVOR=gpu; else FLAVOR=cpu; fi
+fi
+case "$FLAVOR" in
+  cpu|gpu) ;;
+  *) die "BERT_TF_FLAVOR='$FLAVOR' is neither cpu nor gpu" ;;
+esac
+
+# What the Horovod wheel is built for: the flavour, and on GPUs the CUDA version and the
+# compute capabilities it compiles kernels for (so another toolkit never reuses the wheel).
+BUILD_KEY=$FLAVOR
+if [ "$CHECK_TOOLKIT_ONLY" = 1 ] || { [ "$FLAVOR" = gpu ] && [ "$WITH_HOROVOD" = 1 ]; }; then
+  find_cuda_toolkit
+  if [ "$CHECK_TOOLKIT_ONLY" = 1 ]; then
+    echo "CUDA toolkit: $TOOLKIT_ROOT (CUDA $TOOLKIT_VERSION, from $TOOLKIT_FROM)"
+    exit 0
+  fi
+  BUILD_KEY="gpu-cuda$TOOLKIT_VERSION"
+  if [ -n "${HOROVOD_BUILD_CUDA_CC_LIST:-}" ]; then
+    BUILD_KEY="$BUILD_KEY-cc$(echo "$HOROVOD_BUILD_CUDA_CC_LIST" | tr -c '0-9\n' '_')"
+  fi
+  log "CUDA toolkit: $TOOLKIT_ROOT (CUDA $TOOLKIT_VERSION, from $TOOLKIT_FROM)"
+fi
 
 # System packages for tests, not for the venv (so outside the stamp below): nothing to do
 # once the programs are there; never fails the install (the tests that need them skip).
@@ -76,13 +164,8 @@ if [ -z "$PYTHON" ]; then
 fi
 [ -n "$PYTHON" ] || { echo "install.sh: Python 3.11 not found (set PYTHON=/path/to/python3.11)" >&2; exit 1; }
 
-FLAVOR="${BERT_TF_FLAVOR:-}"
-if [ -z "$FLAVOR" ]; then
-  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then FLAVOR=gpu; else FLAVOR=cpu; fi
-fi
-
 PY_TAG=$("$PYTHON" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
-STAMP_KEY=$(cat "$ROOT/setup.py" "$0" | sha256sum | cut -c1-16)-$FLAVOR-$WITH_ORACLES-$WITH_HOROVOD-$PY_TAG
+STAMP_KEY=$(cat "$ROOT/setup.py" "$0" | sha256sum | cut -c1-16)-$BUILD_KEY-$WITH_ORACLES-$WITH_HOROVOD-$PY_TAG
 STAMP="$VENV/.bert-tf-installed"
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$STAMP_KEY" ]; then
   log "environment at $VENV is up to date ($FLAVOR)"
@@ -101,31 +184,127 @@ EXTRAS="$FLAVOR,test"
 log "installing the package with extras [$EXTRAS]"
 "${PIP[@]}" install -q -e "$ROOT[$EXTRAS]"
 
+# The NCCL Horovod links: the venv's nvidia-nccl-cu12, the one TensorFlow itself loads, unless
+# the user names another with HOROVOD_NCCL_HOME/_INCLUDE/_LIB. pip ships only libnccl.so.2, so
+# the linker gets an unversioned libnccl.so link in $1 (a build folder, not the package), and
+# the library an rpath from site-packages/horovod/tensorflow/ to nvidia/nccl/lib.
+use_venv_nccl() {
+  if [ -n "${HOROVOD_NCCL_HOME:-}${HOROVOD_NCCL_INCLUDE:-}${HOROVOD_NCCL_LIB:-}" ]; then
+    log "NCCL: yours (HOROVOD_NCCL_HOME='${HOROVOD_NCCL_HOME:-}'" \
+        "HOROVOD_NCCL_INCLUDE='${HOROVOD_NCCL_INCLUDE:-}' HOROVOD_NCCL_LIB='${HOROVOD_NCCL_LIB:-}')"
+    return 0
+  fi
+  local nccl_dir
+  nccl_dir=$("$VENV/bin/python" -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null) ||
+    die "the venv $VENV has no nvidia-nccl-cu12 (tensorflow[and-cuda] brings it): rerun, or" \
+      "set HOROVOD_NCCL_HOME to an NCCL 2 install"
+  [ -f "$nccl_dir/include/nccl.h" ] && [ -f "$nccl_dir/lib/libnccl.so.2" ] ||
+    die "$nccl_dir lacks include/nccl.h or lib/libnccl.so.2: reinstall nvidia-nccl-cu12, or set" \
+      "HOROVOD_NCCL_HOME to an NCCL 2 install"
+  ln -sfn "$nccl_dir/lib/libnccl.so.2" "$1/libnccl.so"
+  export HOROVOD_NCCL_INCLUDE="$nccl_dir/include" HOROVOD_NCCL_LIB="$1" \
+         HOROVOD_NCCL_LINK="${HOROVOD_NCCL_LINK:-SHARED}"
+  export LDFLAGS="${LDFLAGS:+$LDFLAGS }-Wl,-rpath,\$ORIGIN/../../nvidia/nccl/lib"
+  log "NCCL: $nccl_dir (nvidia-nccl-cu12 of the venv, linked shared)"
+}
+
+# `horovodrun --check-build` of the venv must show what the flavour needs; for gpu, the built
+# library must also find libnccl and resolve every symbol (CUDA's runtime API comes from
+# TensorFlow's own library, which loads libcudart.so.12). Otherwise the cached wheel is removed
+# (so a rerun builds it again) and the install fails in one line. check-build imports TensorFlow
+# in a dozen processes (30-60 s on 2 cores), so a reused CPU wheel ($1 = quick) is asked the same
+# questions in one process instead, keeping that path as fast as it was.
+check_horovod_build() {
+  local output needed=(TensorFlow Gloo) missing=() name problems="" mpi_lib linked undefined
+  [ "$FLAVOR" = gpu ] && needed+=(NCCL)
+  if [ "$1" = quick ]; then
+    output=$(TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-3} "$VENV/bin/python" -c '
+import horovod.tensorflow as hvd
+for name, built in (("TensorFlow", True), ("Gloo", hvd.gloo_built()), ("NCCL", hvd.nccl_built())):
+    print("    [%s] %s" % ("X" if built else " ", name))' 2>&1) || true
+    log "Horovod of the cached wheel (horovod.tensorflow in one process):"
+  else
+    # (TF_CPP_MIN_LOG_LEVEL=3: not TensorFlow's start-up lines from each of its processes)
+    output=$(TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-3} "$VENV/bin/horovodrun" --check-build 2>&1) || true
+    log "horovodrun --check-build:"
+  fi
+  echo "$output"
+  for name in "${needed[@]}"; do
+    grep -Eq "\[X\] $name[[:space:]]*\$" <<< "$output" || missing+=("$name")
+  done
+  [ ${#missing[@]} -eq 0 ] || problems="Horovod lacks ${missing[*]}"
+  if [ "$FLAVOR" = gpu ]; then
+    mpi_lib=$(ls "$VENV"/lib/python3*/site-packages/horovod/tensorflow/mpi_lib*.so 2>/dev/null | head -n 1) || true
+    if [ -z "$mpi_lib" ]; then
+      problems="${problems:+$problems, }no horovod/tensorflow/mpi_lib*.so"
+    else
+      linked=$(ldd "$mpi_lib" | grep -E 'libnccl' | tr -s ' \t\n' ' ') || true
+      log "$(basename "$mpi_lib") loads:${linked:- no shared libnccl (NCCL linked statically)}"
+      case "$linked" in
+        *"not found"*) problems="${problems:+$problems, }$(basename "$mpi_lib") does not find libnccl.so.2" ;;
+      esac
+      undefined=$(LD_LIBRARY_PATH="$(dirname "$mpi_lib")/../../tensorflow" ldd -r "$mpi_lib" 2>&1 |
+                  sed -n 's/^undefined symbol: \([^ \t]*\).*/\1/p' | head -n 3 | tr '\n' ' ')
+      [ -z "$undefined" ] || problems="${problems:+$problems, }undefined symbols ${undefined% } ..."
+    fi
+  fi
+  if [ -n "$problems" ]; then
+    rm -rf "$WHEEL_DIR"
+    die "the Horovod built for $BUILD_KEY is incomplete: $problems (output above);" \
+      "removed the cached wheel $WHEEL_DIR so a rerun rebuilds it"
+  fi
+  log "Horovod has ${needed[*]}"
+}
+
+# Horovod's CMake, but without the build-tree run-time path: it would name the temporary
+# folder of the libnccl.so link; the rpath to the venv's nvidia/nccl/lib is all the library needs.
+cmake_without_build_rpath() {
+  local real_cmake
+  real_cmake=${HOROVOD_CMAKE:-$(PATH="$build_path" command -v cmake)}
+  cat > "$1/cmake" <<WRAPPER
+#!/bin/sh
+case "\$1" in --build|-E|--version) exec "$real_cmake" "\$@" ;; esac
+exec "$real_cmake" -DCMAKE_SKIP_BUILD_RPATH=ON "\$@"
+WRAPPER
+  chmod +x "$1/cmake"
+  export HOROVOD_CMAKE="$1/cmake"
+}
+
 if [ "$WITH_HOROVOD" = 1 ]; then
   # pip's cmake 4.x cannot configure Horovod's bundled Gloo; the system cmake can.
   "${PIP[@]}" uninstall -y -q cmake >/dev/null 2>&1 || true
-  WHEEL_DIR="$CACHE/wheels/horovod-$HOROVOD_VERSION-tf$TF_VERSION-$PY_TAG-$FLAVOR"
+  WHEEL_DIR="$CACHE/wheels/horovod-$HOROVOD_VERSION-tf$TF_VERSION-$PY_TAG-$BUILD_KEY"
   if ! ls "$WHEEL_DIR"/horovod-*.whl >/dev/null 2>&1; then
     command -v cmake >/dev/null 2>&1 || { echo "install.sh: Horovod needs cmake (3.13-3.x) on PATH: apt-get install cmake" >&2; exit 1; }
     log "building Horovod $HOROVOD_VERSION against TensorFlow $TF_VERSION (a few minutes, once)"
     export HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
            HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1
+    build_path="/usr/bin:$PATH"
     if [ "$FLAVOR" = gpu ]; then
-      export HOROVOD_GPU_OPERATIONS=NCCL
-      NCCL_DIR=$("$VENV/bin/python" -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null || true)
-      [ -n "$NCCL_DIR" ] && export HOROVOD_NCCL_INCLUDE="$NCCL_DIR/include" HOROVOD_NCCL_LIB="$NCCL_DIR/lib"
+      # Horovod's CMake takes nvcc from HOROVOD_CUDA_HOME, its kernel list from the nvcc on PATH.
+      export HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_CUDA_HOME="$TOOLKIT_ROOT"
+      build_path="$TOOLKIT_ROOT/bin:$build_path"
+      build_dir=$(mktemp -d "${TMPDIR:-/tmp}/bert-horovod-build.XXXXXX")
+      trap 'rm -rf "$build_dir"' EXIT
+      use_venv_nccl "$build_dir"
+      cmake_without_build_rpath "$build_dir"
     fi
     tmp="$WHEEL_DIR.tmp.$$"
     mkdir -p "$tmp"
-    PATH="/usr/bin:$PATH" "${PIP[@]}" wheel -q --no-build-isolation --no-deps \
+    # --no-cache-dir: pip's own wheel cache ignores the HOROVOD_* build settings and would hand
+    # back a wheel built for another flavour.
+    PATH="$build_path" "${PIP[@]}" wheel -q --no-cache-dir --no-build-isolation --no-deps \
       "horovod==$HOROVOD_VERSION" -w "$tmp"
     rm -rf "$WHEEL_DIR"; mv "$tmp" "$WHEEL_DIR"
+    check=full
   else
     log "reusing the cached Horovod wheel in $WHEEL_DIR"
+    check=quick; [ "$FLAVOR" = cpu ] || check=full
   fi
   "${PIP[@]}" install -q --no-deps --force-reinstall "$WHEEL_DIR"/horovod-*.whl
   # Horovod's own runtime dependencies (its wheel was installed with --no-deps).
   "${PIP[@]}" install -q cloudpickle psutil pyyaml packaging
+  check_horovod_build "$check"
 fi
 
 echo "$STAMP_KEY" > "$STAMP"

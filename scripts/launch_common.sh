@@ -5,10 +5,13 @@
 # Hosts (multi-host, tested over ssh): by default one host, `horovodrun --gloo -H
 # localhost:$num_gpus`. HOROVOD_LAUNCH_FLAGS replaces those flags, e.g.
 #   HOROVOD_LAUNCH_FLAGS="--gloo -H node1:8,node2:8 --network-interface ib0"
-# (scripts/run.sub builds it from the Slurm job's nodes); horovodrun starts the ranks of a
-# host that is not this machine through `ssh HOST` (passwordless, the first `ssh` on the
-# PATH, the same paths on every host: a shared file system). SSH_PORT, when set, is the
-# port of the hosts' sshd (passed as horovodrun -p); a user or key go in ~/.ssh/config.
+# (scripts/run.sub builds it from the Slurm job's nodes with BERT_LAUNCHER=ssh); horovodrun
+# starts the ranks of a host that is not this machine through `ssh HOST` (passwordless, the
+# first `ssh` on the PATH, the same paths on every host: a shared file system). SSH_PORT,
+# when set, is the port of the hosts' sshd (passed as horovodrun -p); a user or key go in
+# ~/.ssh/config.
+# Inside a Slurm allocation, BERT_LAUNCHER=srun (scripts/run.sub's default) starts the ranks
+# with srun instead, one task per GPU, no ssh: see `_srun_command`.
 
 ROOT=${ROOT:-"$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"}
 PYTHON="${PYTHON:-$( [ -x "$ROOT/.venv/bin/python" ] && echo "$ROOT/.venv/bin/python" || echo python3 )}"
@@ -186,6 +189,73 @@ _forward_over_ssh() {
   done
 }
 forward_to_child() { _signal_once TERM "$1"; }
+
+# ---- Ranks started by srun (BERT_LAUNCHER=srun) ----------------------------------------
+# srun starts num_gpus tasks, GPUS_PER_NODE a node (else num_gpus / the allocation's nodes)
+# on the first nodes of the allocation, and each becomes a Horovod rank through Horovod's own
+# Gloo rendezvous (runtime/slurm_launch.py: its server runs here, around srun). The plan is
+# horovodrun's (ranks node by node), which srun's block distribution gives; another
+# distribution (e.g. sbatch --distribution=cyclic) is refused here in one line, and each task
+# checks its place again. NETWORK_INTERFACE (e.g. ib0) pins Gloo and NCCL to one interface.
+# Preemption: srun answers SIGTERM by SIGKILLing its tasks ("forcing job termination"), so
+# the tasks (children of slurmstepd, not of this shell) get SIGTERM from
+# `scancel --signal=TERM JOB.STEP` instead (`forward_to_step`): they stop at one boundary,
+# rank 0 saves, all exit 0 and so does srun. Slurm logs the step as CANCELLED.
+_STEP_NAME=""       # srun --job-name of this launch's step
+_STEP_SIGNALLED=""  # its JOB.STEP once SIGTERM went to its tasks
+
+_srun_command() {  # the trainer's arguments -> cmd (srun inside its rendezvous server)
+  local nodes per_node used plan
+  if [ -z "${SLURM_JOB_ID:-}" ] || [ -z "${SLURM_JOB_NODELIST:-}" ]; then
+    echo "BERT_LAUNCHER=srun needs a Slurm allocation (SLURM_JOB_ID, SLURM_JOB_NODELIST" \
+         "unset): run it inside sbatch or salloc, or unset BERT_LAUNCHER" >&2; exit 1
+  fi
+  if [ -n "${HOROVOD_LAUNCH_FLAGS:-}" ]; then
+    echo "BERT_LAUNCHER=srun and HOROVOD_LAUNCH_FLAGS given together: srun starts the ranks" \
+         "itself; unset HOROVOD_LAUNCH_FLAGS, or BERT_LAUNCHER=ssh for horovodrun" >&2; exit 1
+  fi
+  case "${SLURM_DISTRIBUTION:-block}" in
+    block|block:*) ;;
+    *) echo "SLURM_DISTRIBUTION=$SLURM_DISTRIBUTION: Horovod's ranks go node by node, which" \
+            "only srun's block distribution gives; submit without --distribution (or" \
+            "--distribution=block)" >&2; exit 1 ;;
+  esac
+  command -v srun >/dev/null 2>&1 \
+    || { echo "BERT_LAUNCHER=srun: srun is not on the PATH" >&2; exit 1; }
+  mapfile -t nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST" 2>/dev/null)
+  (( ${#nodes[@]} > 0 )) || { echo "BERT_LAUNCHER=srun: scontrol show hostnames" \
+    "$SLURM_JOB_NODELIST listed no node" >&2; exit 1; }
+  per_node=${GPUS_PER_NODE:-$(( num_gpus % ${#nodes[@]} == 0 ? num_gpus / ${#nodes[@]} : 0 ))}
+  if ! [[ "$per_node" =~ ^[1-9][0-9]*$ ]] || (( num_gpus % per_node != 0 )) \
+     || (( num_gpus / per_node > ${#nodes[@]} )); then
+    echo "num_gpus=$num_gpus does not fill whole nodes of GPUS_PER_NODE=${GPUS_PER_NODE:-unset}" \
+         "ranks on the ${#nodes[@]} node(s) of job $SLURM_JOB_ID: set GPUS_PER_NODE (ranks a" \
+         "node) to a divisor of num_gpus" >&2; exit 1
+  fi
+  used=$(( num_gpus / per_node ))
+  plan=$(printf "%s:$per_node," "${nodes[@]:0:used}"); plan=${plan%,}
+  _STEP_NAME="bert-$BERT_LAUNCH_ID" _STEP_SIGNALLED=""
+  cmd=(env "PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+       "$PYTHON" -m runtime.slurm_launch server --hosts "$plan"
+       ${NETWORK_INTERFACE:+--network-interface "$NETWORK_INTERFACE"} --
+       srun --ntasks="$num_gpus" --nodes="$used" --ntasks-per-node="$per_node"
+       --nodelist="$(IFS=,; echo "${nodes[*]:0:used}")" --distribution=block
+       --kill-on-bad-exit=1 --cpu-bind=none --label --job-name="$_STEP_NAME"
+       "$PYTHON" -m runtime.slurm_launch task -- "$PYTHON" "$@" --horovod)
+}
+
+# FORWARDER for srun: SIGTERM, once, to the tasks of this launch's step (found by its name
+# among the job's steps; until srun has created it, tried again on the next call).
+forward_to_step() {
+  [ -z "$_STEP_SIGNALLED" ] || return 0
+  local step
+  step=$(scontrol show step "$SLURM_JOB_ID" --oneliner 2>/dev/null \
+    | awk -v name="Name=$_STEP_NAME" '{ for (i = 2; i <= NF; i++) if ($i == name) {
+        sub(/^StepId=/, "", $1); print $1; exit } }')
+  [ -n "$step" ] || return 0
+  scancel --signal=TERM "$step" 2>/dev/null && _STEP_SIGNALLED=$step
+  return 0
+}
 _has_launcher() { _environ_has "$1" BERT_LAUNCHER_PID=; }
 forward_to_launchers() {  # the `launch` shells below CHILD (run.sub -> run scripts -> launch)
   local pid
@@ -222,20 +292,35 @@ horovod_builds() {
     2>/dev/null || true
 }
 
-# One process per GPU under Horovod: horovodrun with Gloo, or mpirun only when Horovod was
-# built with MPI (mpirun cannot start a Horovod built without it). Without Horovod (it does
-# not import: a plain `pip install`), ONE process trains on the num_gpus GPUs as in-graph
-# towers (--num_local_devices, runtime/towers.py), which is enough on one machine; a
-# multi-node launch (HOROVOD_LAUNCH_FLAGS) still needs Horovod. A single process for one GPU.
+# One process per GPU under Horovod: horovodrun with Gloo, srun when BERT_LAUNCHER=srun (a
+# Slurm allocation, Horovod with Gloo), or mpirun only when Horovod was built with MPI
+# (mpirun cannot start a Horovod built without it). Without Horovod (it does not import: a
+# plain `pip install`), ONE process trains on the num_gpus GPUs as in-graph towers
+# (--num_local_devices, runtime/towers.py), which is enough on one machine; a multi-node
+# launch (HOROVOD_LAUNCH_FLAGS, srun) still needs Horovod. A single process for one GPU.
 # After a signal has been forwarded, a second one is not: kill -9 aborts.
 launch() {
   local cmd forwarder=forward_to_child
+  local launcher=$BASHPID   # this shell: expanded after `&`, $BASHPID is the child's
+  BERT_LAUNCH_ID="${HOSTNAME:-host}-$launcher-$RANDOM$RANDOM"
+  case "${BERT_LAUNCHER:-}" in
+    ""|ssh|srun) ;;
+    *) echo "BERT_LAUNCHER=$BERT_LAUNCHER: use srun (ranks started by srun in a Slurm" \
+            "allocation) or ssh (horovodrun)" >&2; exit 1 ;;
+  esac
   if [ "$num_gpus" -gt 1 ]; then
     local builds hvd
     builds=" $(horovod_builds) "
     hvd="$(dirname "$PYTHON")/horovodrun"   # the one installed with $PYTHON's Horovod
     [ -x "$hvd" ] || hvd=$(command -v horovodrun || true)
-    if [ -z "${builds// /}" ] && [ -z "${HOROVOD_LAUNCH_FLAGS:-}" ]; then
+    if [ "${BERT_LAUNCHER:-}" = srun ]; then
+      if [[ "$builds" != *" gloo "* ]]; then
+        echo "num_gpus=$num_gpus started by srun (BERT_LAUNCHER=srun) needs Horovod for" \
+             "TensorFlow with Gloo in $PYTHON: bash scripts/install.sh builds it" >&2; exit 1
+      fi
+      _srun_command "$@"
+      forwarder=forward_to_step
+    elif [ -z "${builds// /}" ] && [ -z "${HOROVOD_LAUNCH_FLAGS:-}" ]; then
       echo "num_gpus=$num_gpus without Horovod: one process on $num_gpus GPUs" \
            "(--num_local_devices=$num_gpus, in-graph towers)"
       cmd=("$PYTHON" "$@" --num_local_devices="$num_gpus")
@@ -244,9 +329,11 @@ launch() {
       _LAUNCH_FLAGS=${HOROVOD_LAUNCH_FLAGS:---gloo -H localhost:$num_gpus}
       cmd=("$hvd" -np "$num_gpus" $_LAUNCH_FLAGS ${SSH_PORT:+-p "$SSH_PORT"}
            "$PYTHON" "$@" --horovod)
+      forwarder=forward_to_ranks
     elif [[ "$builds" == *" mpi "* ]] && command -v mpirun >/dev/null 2>&1; then
       cmd=(mpirun -np "$num_gpus" --allow-run-as-root -bind-to none -map-by slot
            -x NCCL_DEBUG -x LD_LIBRARY_PATH -x PATH "$PYTHON" "$@" --horovod)
+      forwarder=forward_to_ranks
     elif [[ "$builds" == *" mpi "* ]]; then
       echo "num_gpus=$num_gpus: this Horovod has only MPI and mpirun is not on the PATH:" \
            "install Open MPI, or rebuild Horovod with Gloo (bash scripts/install.sh)" >&2; exit 1
@@ -257,16 +344,12 @@ launch() {
       echo "num_gpus=$num_gpus needs Horovod for TensorFlow with Gloo (horovodrun) in" \
            "$PYTHON: bash scripts/install.sh builds it" >&2; exit 1
     fi
-    if [ "${cmd[0]}" != "$PYTHON" ]; then   # Horovod: ranks in a session of their own
-      cmd=(setsid -w "${cmd[@]}")
-      forwarder=forward_to_ranks
-    fi
+    # Horovod: ranks (or srun) in a session of their own
+    [ "$forwarder" = forward_to_child ] || cmd=(setsid -w "${cmd[@]}")
   else
     cmd=("$PYTHON" "$@")
   fi
-  local launcher=$BASHPID   # this shell: expanded after `&`, $BASHPID is the child's
   catch_preemption
-  BERT_LAUNCH_ID="${HOSTNAME:-host}-$launcher-$RANDOM$RANDOM"
   BERT_LAUNCHER_PID=$launcher BERT_LAUNCH_ID=$BERT_LAUNCH_ID "${cmd[@]}" &
   supervise $! "$forwarder"
 }

@@ -6,6 +6,8 @@
 #     [epochs=3.0] [warmup_proportion=0.1] [init_checkpoint=$BERT_DIR/model.ckpt]
 # Environment: BERT_DIR (vocab.txt, bert_config.json), GLUE_DIR (holds <task_name>/),
 # RESULTS_DIR, EXPORT_DIR (write a SavedModel), PYTHON.
+# Optimizer: run_classifier.py's default, adam (NVIDIA's is lamb, which leaves a real model at
+# the majority class at these rates: README, docs/finetuning.md).
 set -euo pipefail
 task_name=${1:-MRPC}
 batch_size=${2:-16}

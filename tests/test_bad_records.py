@@ -211,6 +211,40 @@ def test_skip_bad_records_trains_counts_and_stops_over_the_bound(data, damaged, 
     assert skipped and int(skipped.group(1)) > 1, line
 
 
+class CountingLimitHook(record_guard.BadRecordLimitHook):
+    """Counts the session runs, and those that fetched the bad-record sum over ranks."""
+    made = []
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.runs = self.fetching_runs = 0
+        CountingLimitHook.made.append(self)
+
+    def before_run(self, run_context):
+        args = super().before_run(run_context)
+        fetched = args.fetches.values() if isinstance(args.fetches, dict) else [args.fetches]
+        self.runs += 1
+        self.fetching_runs += any(value is self._total for value in fetched)
+        return args
+
+
+def test_bad_record_sum_over_ranks_is_fetched_once_per_window(data, damaged, tmp_path,
+                                                              monkeypatch):  # noqa: F811
+    """The sum over ranks is a collective: fetched every micro-batch it made each one a
+    synchronisation point of all ranks. Once per accumulation window it costs what the
+    window's allreduce costs anyway, and stops at the same boundary."""
+    from pretraining import runner
+    monkeypatch.setattr(runner, "BadRecordLimitHook", CountingLimitHook)
+    results = run(make_flags(data, tmp_path / "windows", input_files_dir=str(damaged),
+                             skip_bad_records=True, num_train_steps=3, train_batch_size=2,
+                             num_accumulation_steps=4))
+    [hook] = CountingLimitHook.made
+    assert results["train"]["final_step"] == 3
+    assert hook.runs == 12 and hook.fetching_runs == 3, (hook.runs, hook.fetching_runs)
+    # 12 micro-batches of 2 read 24 of the 27 good records: the bad ones met on the way counted
+    assert results["train"]["bad_records_skipped"] >= 1
+
+
 def test_full_disk_fails_in_one_line_leaves_nothing_half_written_and_resumes(
         data, small_disk, capsys):  # noqa: F811
     disk = small_disk("disk", "24m")

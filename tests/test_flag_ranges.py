@@ -22,9 +22,10 @@ def commands():
     from cli.extract_features import COMMAND as EXTRACT_FEATURES
     from cli.finetune import GLUE, SQUAD
     from cli.inference import COMMAND as INFERENCE
+    from cli.preflight import COMMAND as PREFLIGHT
     from cli.pretrain import COMMAND as PRETRAIN
     return [BERT_PREP, CREATE_PRETRAINING_DATA, DEMO, EXTRACT_FEATURES, GLUE, SQUAD, INFERENCE,
-            PRETRAIN]
+            PREFLIGHT, PRETRAIN]
 
 
 def test_every_numeric_flag_of_every_command_has_a_range():

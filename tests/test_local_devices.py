@@ -107,6 +107,14 @@ def test_float16_accumulation_on_two_devices_trains_as_one_device(data, tmp_path
     train(data, tmp_path / "one", **dict(FLOAT16_ACCUMULATION, train_batch_size=2 * BATCH,
                                          learning_rate=1e-3))
     assert_same_training(str(tmp_path / "towers"), str(tmp_path / "one"), 4)
+    # the same checkpoint names plus tower 1's accumulation buffers (training state)
+    names = {folder: set(tf.train.load_checkpoint(str(tmp_path / folder / "model.ckpt-4"))
+                         .get_variable_to_shape_map()) for folder in ("towers", "one")}
+    extra = names["towers"] - names["one"]
+    assert names["one"] <= names["towers"]
+    assert extra == {f"gradient_accumulation/tower_1/{name[:-len('/accum')]}/accum"
+                     for name in names["one"] if name.endswith("/accum")}
+    assert all(is_training_state(name) for name in extra)
 
 
 @pytest.mark.slow
@@ -131,8 +139,9 @@ def test_two_devices_stopped_and_resumed_reach_the_uninterrupted_weights(data, t
 
 
 def test_tower_ops_run_on_their_devices_and_share_variables():
-    """Graph only: tower 1's forward and backward ops are placed on the second device and no
-    variable is created twice."""
+    """Graph only: tower 1's forward and backward ops are placed on the second device, it
+    reads no trained weight but its local copies (non-saved local variables on that device),
+    and no variable is created twice."""
     from modeling import named_config
     from pretraining.model_fn import make_model_fn
     from training.settings import TrainingSettings
@@ -162,6 +171,13 @@ def test_tower_ops_run_on_their_devices_and_share_variables():
         for op in tower1 + backward:
             if op.type not in ("ReadVariableOp", "Const", "NoOp"):
                 assert op.device.endswith("CPU:1"), (op.name, op.device)
+        trained = {v.op.name for v in tf.compat.v1.trainable_variables()}
+        reads = [op for op in tower1 if op.type in ("ReadVariableOp", "ResourceGather")]
+        assert reads and not [op.name for op in reads if op.inputs[0].op.name in trained]
+        copies = tf.compat.v1.local_variables()
+        assert sorted(v.op.name for v in copies) == sorted(
+            f"tower_1/local_copy/{name}" for name in trained)
+        assert all(v.device.endswith("CPU:1") for v in copies)
 
 
 def test_bad_values_are_one_line_errors(data, tmp_path, repo_root):

@@ -47,7 +47,9 @@ def test_the_two_finetuning_commands_keep_nvidias_different_defaults():
     assert (squad.max_seq_length, squad.learning_rate, squad.train_batch_size,
             squad.save_checkpoints_steps, squad.optimizer_type) == (384, 5e-6, 8, 5000, "adam")
     assert (glue.max_seq_length, glue.learning_rate, glue.train_batch_size,
-            glue.save_checkpoints_steps, glue.optimizer_type) == (128, 5e-5, 32, 1000, "lamb")
+            glue.save_checkpoints_steps) == (128, 5e-5, 32, 1000)
+    # not NVIDIA's lamb: at fine-tuning rates it learns nothing (README, test_glue_learns.py)
+    assert glue.optimizer_type == "adam"
 
 
 def test_parsed_flags_become_options_that_know_what_was_chosen():

@@ -1,13 +1,20 @@
 """scripts/run.sub under a real one-node Slurm (tests/slurm_cluster.py: slurm-wlm's daemons on
-the loopback), not a stub `scontrol`: `sbatch` runs a tiny two-phase recipe on two Horovod
-ranks to the end, and `scancel --batch --signal=TERM` during phase 1 (what
-`--signal=B:TERM@300` sends before the time limit) stops it with a checkpoint; the same
-`sbatch` again resumes and ends on the weights of the uninterrupted job.
+the loopback), not a stub `scontrol`, with both ways of starting the two Horovod ranks:
+
+* BERT_LAUNCHER=ssh (horovodrun, as before srun was the default): `sbatch` runs a tiny
+  two-phase recipe to the end; its weights are the reference.
+* the default, srun (two tasks, Horovod's Gloo rendezvous from runtime/slurm_launch.py, an
+  `ssh` on the PATH that fails loudly and records any call): `scancel --batch --signal=TERM`
+  during phase 1 (what `--signal=B:TERM@300` sends before the time limit) stops it with a
+  checkpoint; the same `sbatch` again resumes phase 1 and runs phase 2, ending both phases on
+  horovodrun's weights, bit for bit (phase 2 is a whole srun phase from the same start).
+* `sbatch --distribution=cyclic` is refused in one line before any rank starts.
 
 The job is submitted as a user would: from a folder of its own (where the `%x-%j.out` output
 file lands) with the path of scripts/run.sub, its #SBATCH lines as they are but for what this
 node lacks, overridden on the command line (--nodes=1, --gpus-per-node=0: no GPUs; the ranks
 per node come from GPUS_PER_NODE=2, as on a node whose GPUs Slurm does not manage)."""
+import glob
 import os
 import re
 import shutil
@@ -60,21 +67,35 @@ def data(tmp_path_factory):
     return root
 
 
-def job_env(data, results):
+def job_env(data, results, **extra):
     """test_preemption's environment of the scripts, with this module's records per phase."""
-    env = script_env(data, results, GPUS_PER_NODE="2")
+    env = script_env(data, results, GPUS_PER_NODE="2", **extra)
     for phase in (1, 2):
         env[f"TRAIN_DATA_PHASE{phase}"] = str(data / f"phase{phase}" / "training")
         env[f"EVAL_DATA_PHASE{phase}"] = str(data / f"phase{phase}" / "test")
-    env.pop("NETWORK_INTERFACE", None)
+    for name in ("NETWORK_INTERFACE", "BERT_LAUNCHER", "HOROVOD_LAUNCH_FLAGS"):
+        env.pop(name, None)
+    env.update(extra)
     return env
 
 
-def submit(slurm, repo_root, folder, env):
+def srun_env(data, results, folder):
+    """job_env for the default launcher (srun), with an `ssh` first on the PATH that fails
+    and leaves `folder`/ssh-called behind."""
+    stubs = folder / "no-ssh"
+    stubs.mkdir(exist_ok=True)
+    (stubs / "ssh").write_text(f'#!/bin/sh\necho "ssh $*" >> {folder / "ssh-called"}\n'
+                               'echo "ssh is not allowed here" >&2\nexit 255\n')
+    (stubs / "ssh").chmod(0o755)
+    return job_env(data, results, PATH=f"{stubs}{os.pathsep}{os.environ['PATH']}")
+
+
+def submit(slurm, repo_root, folder, env, sbatch_options=()):
     """`sbatch --nodes=1 --gpus-per-node=0 /path/to/scripts/run.sub ARGS` from `folder`;
     (job id, path of its output file)."""
-    job_id = slurm.sbatch(SBATCH_OVERRIDES + [os.path.join(repo_root, "scripts", "run.sub")]
-                          + POSITIONAL, env=env, cwd=folder)
+    job_id = slurm.sbatch(SBATCH_OVERRIDES + list(sbatch_options)
+                          + [os.path.join(repo_root, "scripts", "run.sub")] + POSITIONAL,
+                          env=env, cwd=folder)
     return job_id, slurm.job(job_id)["StdOut"]
 
 
@@ -113,18 +134,20 @@ def finish(slurm, job_id, path, timeout=JOB_TIMEOUT):
 
 @pytest.fixture(scope="module")
 def uninterrupted(slurm, horovod, data, repo_root, tmp_path_factory):
-    """One job run through both phases without a signal: (results folder, its output)."""
+    """One job run through both phases without a signal, its ranks started by horovodrun
+    (BERT_LAUNCHER=ssh): (results folder, its output)."""
     folder = tmp_path_factory.mktemp("slurm-uninterrupted")
     results = folder / "results"
-    job_id, path = submit(slurm, repo_root, folder, job_env(data, results))
+    job_id, path = submit(slurm, repo_root, folder, job_env(data, results, BERT_LAUNCHER="ssh"))
     state, code, output = finish(slurm, job_id, path)
     assert (state, code) == ("COMPLETED", 0), f"job {job_id} {state} ({code}):\n{output[-4000:]}"
     return results, output
 
 
-def test_sbatch_runs_the_two_phase_recipe_to_the_end(uninterrupted):
+def test_sbatch_with_horovodrun_runs_the_two_phase_recipe_to_the_end(uninterrupted):
     results, output = uninterrupted
-    assert "nodes: " in output and "-> 2 ranks" in output, output[-4000:]
+    assert "nodes: " in output and "-> 2 ranks, started by horovodrun --gloo -H " in output, \
+        output[-4000:]
     plans = re.findall(r"^phase (\d): global batch (\d+) .*?(\d+) steps", output, re.MULTILINE)
     assert plans == [("1", str(32 * ACCUMULATION * 2), str(PHASE1_STEPS)),
                      ("2", str(8 * ACCUMULATION * 2), str(PHASE2_STEPS))], output[-4000:]
@@ -135,26 +158,43 @@ def test_sbatch_runs_the_two_phase_recipe_to_the_end(uninterrupted):
         assert state["global_step"] == steps
 
 
-def test_scancel_batch_term_checkpoints_and_the_same_sbatch_resumes_exactly(
+def rank_places(folder):
+    """{rank: (host, local rank)} from the layout line each rank logs in its log file."""
+    places = {}
+    for log in glob.glob(os.path.join(folder, "run_pretraining*.log")):
+        with open(log, errors="replace") as text:
+            for rank, host, local in re.findall(r"rank (\d+) of \d+ on host (\S+): local rank "
+                                                r"(\d+) of", text.read()):
+                places[int(rank)] = (host, int(local))
+    return places
+
+
+def test_srun_ranks_stop_on_scancel_batch_term_and_the_same_sbatch_resumes_to_horovodruns_weights(
         slurm, data, repo_root, tmp_path, uninterrupted):
-    """The notice Slurm gives before the time limit reaches the ranks through run.sub; the
-    resubmitted job resumes phase 1, then runs phase 2, to the uninterrupted job's weights."""
+    """The notice Slurm gives before the time limit reaches the srun tasks through run.sub
+    (children of slurmstepd, not of the batch shell); the resubmitted job resumes phase 1,
+    then runs phase 2, to the weights of the uninterrupted horovodrun job. No ssh at all."""
     reference, _ = uninterrupted
     results = tmp_path / "results"
-    env = job_env(data, results)
+    env = srun_env(data, results, tmp_path)
     job_id, path = submit(slurm, repo_root, tmp_path, env)
-    wait_for_output(slurm, job_id, path, r"\[0\]<std(err|out)>:.*step 1/")
+    wait_for_output(slurm, job_id, path, r"^0: .*step 1/")   # srun --label: "RANK: line"
     slurm.run(["scancel", "--batch", "--signal=TERM", job_id])
     state, code, output = finish(slurm, job_id, path)
+    assert "-> 2 ranks, started by srun, one task per GPU" in output, output[-4000:]
     # both ranks agreed, rank 0 saved at a window's end, the batch script exited 143
     assert_stopped_together_at_a_boundary(code, output, results / "phase_1")
+    assert "srun: error" not in output, output[-4000:]   # no task failed or was killed
     assert state == "FAILED"   # a non-zero exit: a job chain (afterok) does not go on
     assert "== phase 2" not in output and not (results / "phase_2").exists()
 
     job_id, path = submit(slurm, repo_root, tmp_path, env)
     state, code, output = finish(slurm, job_id, path)
     assert (state, code) == ("COMPLETED", 0), f"job {job_id} {state} ({code}):\n{output[-4000:]}"
-    assert "== phase 2" in output
+    assert "== phase 2" in output and "srun: error" not in output
+    assert not (tmp_path / "ssh-called").exists(), (tmp_path / "ssh-called").read_text()
+    for phase in (1, 2):   # srun's block distribution: both tasks on the node, in rank order
+        assert rank_places(results / f"phase_{phase}") == {0: (slurm.node, 0), 1: (slurm.node, 1)}
     for phase, steps in ((1, PHASE1_STEPS), (2, PHASE2_STEPS)):
         final = f"phase_{phase}/model.ckpt-{steps}"
         expected = checkpoint_tensors(str(reference / final))
@@ -162,3 +202,18 @@ def test_scancel_batch_term_checkpoints_and_the_same_sbatch_resumes_exactly(
         assert expected.keys() == got.keys()
         for name, value in expected.items():
             assert np.array_equal(got[name], value), f"{final}: {name}"
+
+
+def test_a_cyclic_distribution_is_refused_in_one_line(slurm, horovod, data, repo_root, tmp_path):
+    """srun would number the tasks round the nodes, while Horovod's plan goes node by node:
+    refused before any rank starts (sbatch --distribution passes on as SLURM_DISTRIBUTION)."""
+    results = tmp_path / "results"
+    job_id, path = submit(slurm, repo_root, tmp_path, srun_env(data, results, tmp_path),
+                          ["--distribution=cyclic"])
+    state, code, output = finish(slurm, job_id, path)
+    assert (state, code) == ("FAILED", 1), output[-4000:]
+    refusals = [line for line in output.splitlines() if "SLURM_DISTRIBUTION" in line]
+    assert refusals == ["SLURM_DISTRIBUTION=cyclic: Horovod's ranks go node by node, which only "
+                        "srun's block distribution gives; submit without --distribution (or "
+                        "--distribution=block)"], output[-4000:]
+    assert "step 1/" not in output and not glob.glob(str(results / "phase_1" / "model.ckpt-*"))

@@ -11,10 +11,9 @@ import time
 import tensorflow as tf
 from absl import logging
 
-from optimization.gradient_accumulation import WINDOW_COLLECTION
 from reporting.console import SHOW
 from reporting.progress import ProgressLine, format_duration
-from training.train_step import OPTIMIZER_STEP_COLLECTION
+from resilience.window_boundaries import WindowFollower
 
 tf1 = tf.compat.v1
 
@@ -90,6 +89,23 @@ def job_start_time():
     now, first = time.time(), not _a_job_started
     _a_job_started = True
     return (process_start_time() or now) if first else now
+
+
+def peak_memory():
+    """(bytes, of what) at the end of a run, for the summary (`bert-preflight` compares runs
+    by it): the peak of GPU:0's allocator where this process has a GPU (the allocator its
+    sessions share with the eager context), else the process's maximum resident set
+    (Linux reports it in KiB); (None, None) where neither can be read."""
+    try:
+        if tf.config.list_physical_devices("GPU"):
+            return int(tf.config.experimental.get_memory_info("GPU:0")["peak"]), "GPU:0"
+    except (ValueError, RuntimeError, tf.errors.OpError):  # the device's stats unavailable
+        pass
+    try:
+        import resource
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "process max RSS"
+    except (ImportError, OSError):  # not a Unix
+        return None, None
 
 
 class StepLoggingHook(tf1.train.SessionRunHook):
@@ -283,7 +299,8 @@ class StepLoggingHook(tf1.train.SessionRunHook):
         steps `steady_steps`, checkpoint writes taken out), the rate with every cost in
         (`average_sequences_per_second_with_overhead`, first step to last, as NVIDIA's
         "with overhead"), the one-time costs apart (`startup_seconds`, `warmup_seconds`,
-        `checkpoint_seconds` for `checkpoints_written` writes), time and final loss."""
+        `checkpoint_seconds` for `checkpoints_written` writes), time, final loss and peak
+        memory (`peak_memory`)."""
         result = {"total_seconds": time.time() - self._start}
         if self._measured_seconds > 0:
             measured = self.records[-1]  # which rates this run reports
@@ -304,6 +321,7 @@ class StepLoggingHook(tf1.train.SessionRunHook):
             last = self.records[-1]
             result.update({k: v for k, v in last.items() if k.endswith("loss")})
             result["final_step"] = last["step"]
+        result["peak_memory_bytes"], result["peak_memory_of"] = peak_memory()
         return result
 
     def end(self, session):
@@ -334,15 +352,10 @@ class PreemptionHook(tf1.train.SessionRunHook):
     own "signal received" flag (0 or 1) to a scalar allreduce (sum), fetched in the same run
     as the training op, and all ranks stop after the run where that total is positive.
 
-    Why only in the runs that close a window (`WINDOW_COLLECTION`: its size and the
-    micro-batches held when the session starts; the hook then counts, checked against
-    `is_optimizer_step` from OPTIMIZER_STEP_COLLECTION): that is the only place a stop can
-    happen, so a signal seen mid-window stops the ranks at the same boundary as a check every
-    micro-batch would. A check every micro-batch made a synchronization point of every
-    micro-batch: with --allreduce_post_accumulation the ranks otherwise meet once a window,
-    and at 32+ ranks a scalar allreduce costs ~2(n-1) network latencies plus Horovod's
-    negotiation, and each meeting waits for the slowest rank's jitter (bench/README.md,
-    bench/preemption_allreduce.py). With one worker the flag is just the local one.
+    Why only in the runs that close a window (`resilience.window_boundaries`, which says
+    why and how): that is the only place a stop can happen, so a signal seen mid-window stops
+    the ranks at the same boundary as a check every micro-batch would, without making every
+    micro-batch a synchronisation point. With one worker the flag is just the local one.
     """
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -355,6 +368,7 @@ class PreemptionHook(tf1.train.SessionRunHook):
         self.received = None
         self.stopped = False      # all ranks agreed and stopped at a window's end
         self._previous = {}
+        self._windows = WindowFollower(workers.rank)
 
     def _handler(self, signum, frame):
         self.received = signum
@@ -371,12 +385,7 @@ class PreemptionHook(tf1.train.SessionRunHook):
         # (seen: a hang at the second micro-batch).
         self._local_flag = tf1.placeholder(tf.float32, [], name="preemption_signal")
         self._agreed = self._workers.sum_over_ranks(self._local_flag)
-        boundary = tf1.get_collection(OPTIMIZER_STEP_COLLECTION)
-        # A model_fn without gradient accumulation publishes neither: then every
-        # micro-batch is an optimizer step.
-        self._boundary = {"boundary": boundary[0]} if boundary else {}
-        self._window_tensors = tf1.get_collection(WINDOW_COLLECTION)[:2]
-        self._window, self._held = 1, 0
+        self._windows.begin()
         self._checking = self._signalled_before = False
         self._waited = 0
         for sig in self.SIGNALS:
@@ -386,32 +395,22 @@ class PreemptionHook(tf1.train.SessionRunHook):
                 pass
 
     def after_create_session(self, session, coord):
-        # Local reads (no collective): every rank restored the same counter, so all ranks
-        # follow the same windows and fetch the allreduce in the same runs.
-        if len(self._window_tensors) == 2:
-            window, held = session.run(self._window_tensors)
-            self._window, self._held = max(1, int(window)), int(held)
+        self._windows.after_create_session(session)
 
     def before_run(self, run_context):
         # Only a run that closes the window fetches the allreduce, with the flag as the
         # handler left it before the run.
-        self._checking = self._held + 1 >= self._window
+        self._checking = self._windows.closes_next_run()
         self._signalled_before = self.received is not None
         if not self._checking:
-            return tf1.train.SessionRunArgs(self._boundary)
+            return tf1.train.SessionRunArgs(self._windows.fetches())
         flag = 0.0 if self.received is None else 1.0
-        return tf1.train.SessionRunArgs(dict(self._boundary, agreed=self._agreed),
+        return tf1.train.SessionRunArgs(dict(self._windows.fetches(), agreed=self._agreed),
                                         feed_dict={self._local_flag: flag})
 
     def after_run(self, run_context, run_values):
         results = run_values.results
-        closed = bool(results.get("boundary", True))
-        if closed != self._checking:
-            # The count drifted from the training op's (not expected): follow the op. Every
-            # rank sees the same, so the runs that fetch the allreduce stay the same.
-            logging.warning("rank %d: accumulation window count out of step with the "
-                            "training op; following the op", self._workers.rank)
-        self._held = 0 if closed else self._held + 1
+        closed = self._windows.after_run(results, self._checking)
         if not closed:
             if self._signalled_before:
                 self._waited += 1   # a micro-batch run to reach the window's end

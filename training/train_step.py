@@ -9,16 +9,15 @@ from absl import logging
 
 from modeling.checkpoints import refuse_other_model
 from modeling.core import stateless_dropout
-from optimization import create_train_op
+from optimization import Tower, create_train_op
 from resilience.divergence import DivergenceGuardHook
+# The step's `is_optimizer_step` is published there: hooks that act only at window
+# boundaries (preemption, the bad-record bound) follow it (resilience.window_boundaries).
+from resilience.window_boundaries import OPTIMIZER_STEP_COLLECTION
 
 tf1 = tf.compat.v1
 
 MICRO_STEP_NAME = "micro_step"
-# Graph collection holding the step's `is_optimizer_step` (bool: this micro-batch closed an
-# accumulation window). Hooks that must act only at window boundaries (preemption) read it
-# from here and fetch it in the same run as the training op.
-OPTIMIZER_STEP_COLLECTION = "bert_is_optimizer_step"
 
 
 def micro_step_variable():
@@ -47,10 +46,14 @@ def finite_or_zero(value):
     return tf.where(tf.math.is_finite(value), value, tf.zeros_like(value))
 
 
-def train_spec(settings, loss, micro_step, log_tensors, extra_hooks_fn=None):
+def train_spec(settings, loss, micro_step, log_tensors, extra_hooks_fn=None, towers=()):
     """EstimatorSpec for TRAIN: the training op (optimizer, AMP, accumulation, allreduce),
     the micro-step increment, TensorBoard scalars, and hooks from `extra_hooks_fn(tensors)`
-    which receive `log_tensors` plus the step's learning rate, loss scale and counters."""
+    which receive `log_tensors` plus the step's learning rate, loss scale and counters.
+
+    `towers`: with in-graph towers (`runtime.towers`), one (device, loss, local weights
+    read) per tower; the training op then differentiates each tower's loss on its device
+    and `loss` (the towers' mean) is only reported."""
     if settings.log_variables:
         for variable in tf1.trainable_variables():
             logging.info("trainable %s %s", variable.op.name, variable.shape.as_list())
@@ -61,7 +64,9 @@ def train_spec(settings, loss, micro_step, log_tensors, extra_hooks_fn=None):
         allreduce_fn=settings.allreduce_fn,
         allreduce_post_accumulation=settings.allreduce_post_accumulation,
         weight_decay_rate=settings.weight_decay_rate,
-        lamb_layer_adaptation=settings.lamb_layer_adaptation)
+        lamb_layer_adaptation=settings.lamb_layer_adaptation,
+        towers=[Tower(device, tower_loss, reads) for device, tower_loss, reads in towers]
+        or None)
     # Every variable now exists (slots, buffers): before anything is saved, the folder's
     # checkpoint must be of this graph, or the run would overwrite another model with it.
     refuse_other_model(settings.model_dir, tf1.global_variables())

@@ -1,0 +1,93 @@
+"""Preflight of a GPU node before pre-training on it: what TensorFlow sees, Horovod's build,
+and a short phase-1 loop on one GPU and on all GPUs, beside NVIDIA's published speeds.
+
+    bert-preflight                        # BERT-large, fp16, XLA: NVIDIA's phase-1 recipe
+    bert-preflight --model base --precision bf16
+    bert-preflight --bert_config_file=my_config.json --train_batch_size=32
+    (or: bash scripts/preflight.sh ..., python -m cli.preflight ...)
+
+Prints the GPUs (name, compute capability, memory; where a GPU is expected and none is
+seen, why), Horovod's build (NCCL, Gloo, MPI), then for each run the steady-state
+sequences/s, NVIDIA's figure for that GPU, precision and GPU count with its source, the
+ratio, the peak memory and whether XLA compiled, and the scaling efficiency beside NVIDIA's.
+The runs are the project's own pre-training command on synthetic records in a temporary
+folder (--work_dir keeps it, with preflight.json, the facts as JSON). The last line says PASS,
+or what fell back. Exit status: 0 PASS; 2 something fell back (the CPU without --allow_cpu,
+several GPUs without NCCL, XLA not compiled, a rate under half NVIDIA's); 1 a run failed or
+bad input.
+"""
+import sys
+
+from cli.command import Command
+from cli.flag_groups import DISTRIBUTED, MODEL, OUTPUT, PRECISION, TRAINING, binders
+from reporting.errors import UsageError
+
+
+def define_flags(flag_values):
+    model, train, speed, dist, out = binders(flag_values, MODEL, TRAINING, PRECISION,
+                                             DISTRIBUTED, OUTPUT)
+    model.DEFINE_enum("model", "large", ["base", "large"],
+                      "The model of the loop (modeling/configs/bert_<model>_config.json); "
+                      "NVIDIA's figures are BERT-large's.")
+    model.DEFINE_string("bert_config_file", None,
+                        "A bert_config.json to use instead of --model.")
+    speed.DEFINE_enum("precision", "fp16", ["fp16", "bf16", "tf32", "fp32"],
+                      "As NVIDIA's scripts name them: fp16 (AMP), bf16 (AMP, bfloat16), "
+                      "tf32 and fp32 (no AMP; TF32 matmuls on Ampere and later).")
+    speed.DEFINE_bool("use_xla", True, "Compile with XLA (and check that it compiled).")
+    train.DEFINE_integer("train_batch_size", None,
+                         "Per-GPU batch (default: NVIDIA's phase-1 batch for the GPU and "
+                         "precision; 8 on a CPU).")
+    train.DEFINE_integer("num_train_steps", None,
+                         "Optimizer steps of each run, the first 2 of them warm-up "
+                         "(default: 8 on GPUs, 4 on a CPU).")
+    train.DEFINE_integer("num_accumulation_steps", None,
+                         "Micro-batches per optimizer step (default: 8 on GPUs, 1 on a CPU).")
+    dist.DEFINE_bool("allow_cpu", False,
+                     "Accept a machine without GPU: PASS (exit 0) when the runs on the CPU "
+                     "work. Without it the CPU is a fall-back (exit 2).")
+    out.DEFINE_string("work_dir", None,
+                      "Folder for the records, each run's logs and dllog, and preflight.json "
+                      "(kept, replaced by the next preflight there). BERT-large needs ~12 GB "
+                      "free there: a run writes two checkpoints, removed when it ends. "
+                      "Default: a temporary folder, removed unless a run failed.")
+    out.DEFINE_string("from_json", None,
+                      "Run nothing: print the report of a saved preflight.json (e.g. another "
+                      "node's, or with --allow_cpu), with its exit status.")
+
+
+def _saved_facts(path):
+    from pretraining.preflight_report import facts_from_json
+    try:
+        with open(path, encoding="utf-8") as reader:
+            return facts_from_json(reader.read())
+    except (OSError, ValueError, TypeError, KeyError) as err:
+        raise UsageError(f"--from_json={path}: not a preflight.json ({err})") from None
+
+
+def _measured_facts(flags):
+    from pretraining.preflight import PreflightOptions, run
+    return run(PreflightOptions(
+        model=flags.model, bert_config_file=flags.bert_config_file, precision=flags.precision,
+        use_xla=flags.use_xla, train_batch_size=flags.train_batch_size,
+        num_train_steps=flags.num_train_steps,
+        num_accumulation_steps=flags.num_accumulation_steps, work_dir=flags.work_dir))
+
+
+def main(flags):
+    from pretraining.preflight_report import report
+    try:
+        facts = _saved_facts(flags.from_json) if flags.from_json else _measured_facts(flags)
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    result = report(facts, allow_cpu=flags.allow_cpu)
+    print(result.text, flush=True)
+    return result.status
+
+
+COMMAND = Command("preflight", __doc__, define_flags, main,
+                  log_folder=lambda flags: flags.work_dir)
+
+if __name__ == "__main__":
+    COMMAND.run()
