@@ -45,6 +45,12 @@ def define_common_flags(flag_values=flags.FLAGS, options=ClassifierOptions):
     out.DEFINE_integer("save_checkpoints_steps", options.save_checkpoints_steps,
                        "Checkpoint every N steps.")
     out.DEFINE_integer("keep_checkpoint_max", options.keep_checkpoint_max, "Checkpoints to keep.")
+    out.DEFINE_bool("start_over", options.start_over,
+                    "Start at step 0 in an --output_dir that holds checkpoints: they, "
+                    "its 'checkpoint' file, data_order.json and input_state/ are moved into "
+                    "<output_dir>/set_aside-<time>/ (nothing is deleted). Without it a run "
+                    "resumes from the newest whole, finite checkpoint there and refuses to "
+                    "start over them when none is usable.")
     train.DEFINE_integer("num_accumulation_steps", options.num_accumulation_steps,
                          "Micro-batches per optimizer step.")
     train.DEFINE_enum("optimizer_type", options.optimizer_type, ["adam", "adamw", "lamb"],

@@ -60,6 +60,12 @@ def define_flags(flag_values=flags.FLAGS):
     out.DEFINE_integer("save_checkpoints_steps", OPTIONS.save_checkpoints_steps,
                        "Checkpoint every N optimizer steps.")
     out.DEFINE_integer("keep_checkpoint_max", OPTIONS.keep_checkpoint_max, "Checkpoints to keep.")
+    out.DEFINE_bool("start_over", OPTIONS.start_over,
+                    "Start at step 0 in an --output_dir that holds checkpoints: they, "
+                    "its 'checkpoint' file, data_order.json and input_state/ are moved into "
+                    "<output_dir>/set_aside-<time>/ (nothing is deleted). Without it a run "
+                    "resumes from the newest whole, finite checkpoint there and refuses to "
+                    "start over them when none is usable.")
     out.DEFINE_integer("display_loss_steps", OPTIONS.display_loss_steps,
                        "Log the step and show progress (loss, "
                        "sequences/s, ETA) every N optimizer steps.")

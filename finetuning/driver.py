@@ -29,7 +29,7 @@ from runtime.speed_defaults import resolve as resolve_speed
 from training.hooks import StepLoggingHook, job_start_time
 from training.option_ranges import out_of_range
 from training.records import TrainingInput, record_input_fn
-from training.resume import checkpoint_value, exit_status, train_resuming
+from training.resume import checkpoint_value, exit_status, resume_point, train_resuming
 from training.run_config import make_run_config
 from training.settings import (TrainingSettings, gradient_compression,
                                peak_learning_rate, precision_settings)
@@ -151,8 +151,10 @@ def _run(task, options, workers, started_at):
     if triton and workers.is_chief:
         triton.check_writable()  # before training, not after it
     compute_type, loss_scale = precision_settings(speed.amp, speed.amp_dtype)
+    # Before anything reads the folder's checkpoints, on every rank: the one to resume from.
+    resume = resume_point(options.output_dir, workers, getattr(options, "start_over", False))
     settings = TrainingSettings(
-        model_dir=options.output_dir,
+        model_dir=options.output_dir, resume_checkpoint=resume.checkpoint or "",
         bert_config=config,
         learning_rate=peak_learning_rate(options.learning_rate, workers.replicas),
         num_train_steps=num_train_steps,
@@ -188,7 +190,8 @@ def _run(task, options, workers, started_at):
             seed=options.seed, num_shards=workers.size, shard_index=workers.rank,
             shard_by="records")
         preemption = train_resuming(estimator, train_input, options.output_dir,
-                                    num_train_steps, workers, options.save_checkpoints_steps)
+                                    num_train_steps, workers, options.save_checkpoints_steps,
+                                    resume=resume)
         if preemption is not None:
             results["train"] = log_hooks[-1].summary() if log_hooks else {}
             if preemption.received is not None:

@@ -42,6 +42,7 @@ class FinetuningOptions(RunOptions):
     # output, export, logs
     save_checkpoints_steps: int = 1000
     keep_checkpoint_max: int = 2
+    start_over: bool = False                      # ours: move earlier checkpoints aside
     export_dir: Optional[str] = None
     triton_model_repository: Optional[str] = None
     export_triton: bool = False

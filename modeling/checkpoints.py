@@ -5,7 +5,10 @@ BERT, a converted HuggingFace model): it maps each trainable variable of the gra
 checkpoint variable of the same name, never touches optimizer slots, step counters, loss
 scales or accumulation buffers (those belong to a run, not to a model), and refuses a shape
 mismatch with a message naming the checkpoint and the variable instead of TensorFlow's
-"Assign requires shapes of both tensors to match" a minute into the run.
+"Assign requires shapes of both tensors to match" a minute into the run, and weights holding
+a NaN or an infinity with one naming the first such variable (a NaN start used to train on
+with every step skipped, blame the learning rate or the loss scale, and save the NaN weights
+as the run's first checkpoint).
 """
 import os
 import re
@@ -115,6 +118,42 @@ def first_non_finite_variable(path, names=None):
     return None
 
 
+def is_accumulation_buffer(name):
+    """True for a gradient-accumulation buffer (`<var>/accum`, `gradient_accumulation/...`):
+    mid-window it may hold a skipped micro-batch's non-finite gradient, which the window's
+    end discards, so it is no sign of a broken run."""
+    return name.endswith("/accum") or name.startswith("gradient_accumulation/")
+
+
+def trained_state_names(path):
+    """The float variables of checkpoint `path` that must be finite to resume from it:
+    weights and optimizer state, not the accumulation buffers."""
+    reader = tf1.train.load_checkpoint(resolve_checkpoint(path))
+    return [name for name, dtype in reader.get_variable_to_dtype_map().items()
+            if dtype.is_floating and not is_accumulation_buffer(name)]
+
+
+_FOUND_FINITE = set()  # (prefix, index size and time, names) already read: one read a process
+
+
+def refuse_non_finite(prefix, names, doing):
+    """Raises CheckpointError naming `prefix` and the first of `names` holding a NaN or an
+    infinity (`doing`: what is refused, e.g. "refusing to initialise from it"). Each
+    checkpoint is read once a process (the Estimator builds its graph once per call)."""
+    try:
+        stat = tf.io.gfile.stat(prefix + ".index")
+        key = (prefix, stat.length, stat.mtime_nsec, tuple(sorted(names)))
+    except tf.errors.OpError:
+        key = None
+    if key is not None and key in _FOUND_FINITE:
+        return
+    name = first_non_finite_variable(prefix, names)
+    if name is not None:
+        raise CheckpointError(f"{prefix}: variable {name} holds a NaN or an infinity: {doing}")
+    if key is not None:
+        _FOUND_FINITE.add(key)
+
+
 def _variable_name(variable):
     return variable.name[:-2] if variable.name.endswith(":0") else variable.name
 
@@ -152,6 +191,8 @@ def init_from_checkpoint(init_checkpoint, tvars=None, log=True):
         tvars = tf1.trainable_variables()
     prefix = resolve_checkpoint(init_checkpoint)
     assignment_map, initialised, fresh = assignment_map_from_checkpoint(tvars, prefix)
+    refuse_non_finite(prefix, initialised, "refusing to initialise from it (use an earlier "
+                      "checkpoint of the run that wrote it)")
     if assignment_map:
         tf1.train.init_from_checkpoint(prefix, {name: var for name, var in assignment_map.items()})
     if log:
@@ -163,8 +204,9 @@ def init_from_checkpoint(init_checkpoint, tvars=None, log=True):
     return initialised, fresh
 
 
-def refuse_other_model(model_dir, variables, what_runs="this run"):
-    """Raises CheckpointError when `model_dir`'s latest checkpoint is not one of this graph's.
+def refuse_other_model(model_dir, variables, what_runs="this run", checkpoint=None):
+    """Raises CheckpointError when `model_dir`'s latest checkpoint is not one of this graph's;
+    `checkpoint`: the one the run resumes from, when chosen already (`""`: none).
 
     A run in a folder that already holds checkpoints resumes from them; if the model changed
     in between (another `--bert_config_file`, optimizer, accumulation), TensorFlow either
@@ -175,7 +217,10 @@ def refuse_other_model(model_dir, variables, what_runs="this run"):
     the checkpoint with its shape, and every model weight of the checkpoint in the graph.
     Run state the new graph does not use (a loss scale, accumulation buffers) is ignored.
     """
-    latest = tf1.train.latest_checkpoint(model_dir) if model_dir else None
+    if checkpoint is not None:
+        latest = checkpoint or None
+    else:
+        latest = tf1.train.latest_checkpoint(model_dir) if model_dir else None
     if latest is None:
         return
     saved = checkpoint_variables(latest)

@@ -25,6 +25,7 @@ class PretrainingOptions(RunOptions):
     skip_bad_records: bool = False
     max_bad_records: int = 1000
     reset_data_position: bool = False
+    start_over: bool = False                      # ours: move earlier checkpoints aside
     # what to do, and the recipe
     do_train: bool = False
     do_eval: bool = False

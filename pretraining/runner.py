@@ -45,7 +45,7 @@ from training.eval_results import write_eval_results
 from training.flops import peak_tflops_for_device, training_flops_per_sequence
 from training.hooks import StepLoggingHook, WeightsFingerprintHook, job_start_time
 from training.option_ranges import out_of_range
-from training.resume import exit_status, train_resuming
+from training.resume import exit_status, resume_point, train_resuming
 from training.run_config import make_run_config
 from training.settings import TrainingSettings, gradient_compression, precision_settings
 
@@ -141,8 +141,10 @@ def _run(options, workers, started_at):
                                             options.max_predictions_per_seq, config,
                                             () if options.do_train else dynamic_flags)
 
+    # Before anything reads the folder's checkpoints, on every rank: the one to resume from.
+    resume = resume_point(options.output_dir, workers, getattr(options, "start_over", False))
     settings = TrainingSettings(
-        model_dir=options.output_dir,
+        model_dir=options.output_dir, resume_checkpoint=resume.checkpoint or "",
         bert_config=config, learning_rate=results["plan"]["peak_learning_rate"],
         num_train_steps=options.num_train_steps, num_warmup_steps=options.num_warmup_steps,
         optimizer_type=options.optimizer_type,
@@ -186,7 +188,7 @@ def _run(options, workers, started_at):
                                     options.num_train_steps, workers,
                                     options.save_checkpoints_steps, extra,
                                     reset_data_position=options.reset_data_position,
-                                    bad_records=bad_records)
+                                    bad_records=bad_records, resume=resume)
         if preemption is not None:
             if log_hooks:
                 results["train"] = log_hooks[-1].summary()

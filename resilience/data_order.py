@@ -30,7 +30,7 @@ import tensorflow as tf
 from absl import logging
 
 from reporting.errors import UsageError
-from resilience.atomic_files import write_text_atomically
+from resilience.atomic_files import read_json_object, write_json_atomically  # noqa: F401
 
 DATA_ORDER_FILE = "data_order.json"
 START = "start_micro_step"
@@ -39,31 +39,25 @@ RANKS = "ranks"
 LATER_SETTINGS = ("max_predictions_per_seq", "masked_lm_prob", "do_whole_word_mask")
 
 
-def write_json_atomically(path, value):
-    """Writes `value` as JSON to `path` via a temporary name and a rename, so readers (other
-    ranks, a resumed run after kill -9) see the old file or the new one, never a part."""
-    write_text_atomically(path, json.dumps(value, indent=1, sort_keys=True) + "\n")
-
-
 def read_json(path):
-    """The JSON object in `path`, or None when it does not exist."""
-    if not tf.io.gfile.exists(path):
-        return None
-    with tf.io.gfile.GFile(path) as reader:
-        return json.loads(reader.read())
+    """The JSON object in `path`, or None when it does not exist or is damaged (say which with
+    `resilience.atomic_files.read_json_object`)."""
+    return read_json_object(path)[0]
 
 
 def _describe(settings, keys):
     return ", ".join(f"{key}={settings.get(key)}" for key in keys)
 
 
-def resolve(output_dir, order, micro_step, reset=None, is_chief=True):
+def resolve(output_dir, order, micro_step, reset=None, is_chief=True, saved_order=None):
     """The data order this run continues: `order` (settings of this run) plus START.
 
-    `micro_step` is the latest checkpoint's (0: nothing consumed yet). `reset` is None when
+    `micro_step` is the resumed checkpoint's (0: nothing consumed yet). `reset` is None when
     the caller offers no way to reset (then the refusal does not suggest one). Only the chief
-    (`is_chief`) says a restart on the console; other ranks log it. Raises
-    UsageError when the checkpoint's data position cannot carry over to these settings.
+    (`is_chief`) says a restart on the console; other ranks log it. `saved_order`: the
+    order recorded with the input state of that micro_step (`training.input_state`), which
+    stands in for a missing or damaged DATA_ORDER_FILE. Raises UsageError when the
+    checkpoint's data position cannot carry over to these settings.
     """
     if micro_step <= 0:
         return dict(order, **{START: 0})
@@ -71,11 +65,22 @@ def resolve(output_dir, order, micro_step, reset=None, is_chief=True):
         logging.warning("%s: --reset_data_position: the data order restarts from its "
                         "beginning at micro_step %d", output_dir, micro_step)
         return dict(order, **{START: micro_step})
-    recorded = read_json(os.path.join(output_dir, DATA_ORDER_FILE))
+    path = os.path.join(output_dir, DATA_ORDER_FILE)
+    recorded, problem = read_json_object(path)
     if recorded is None:
-        logging.warning("%s has a checkpoint but no %s (older version): assuming it was "
-                        "trained with this run's data settings", output_dir, DATA_ORDER_FILE)
-        return dict(order, **{START: 0})
+        say = logging.warning if is_chief else logging.info  # one line on the console
+        what = f"{path} is damaged ({problem})" if problem else f"{output_dir} has no {DATA_ORDER_FILE}"
+        if saved_order is None:
+            # Without any record, the position is recomputed from the step: START 0 is the
+            # order's start unless a reset or a change of ranks moved it, which would then
+            # re-read or skip that many micro-batches (never crash, never lose a checkpoint).
+            say("%s: treated as missing and no input state records the data order of "
+                "micro_step %d: assuming this run's data settings from micro_step 0", what,
+                micro_step)
+            return dict(order, **{START: 0})
+        say("%s: treated as missing, using the data order recorded with the input state of "
+            "micro_step %d", what, micro_step)
+        recorded = saved_order
     unknown = sorted(key for key in LATER_SETTINGS if key in order and key not in recorded)
     if unknown:
         logging.warning("%s predates the recording of %s: assuming they were %s",

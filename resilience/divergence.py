@@ -6,9 +6,14 @@ steps in a row while the dynamic loss scale comes down from its initial 2**32 (o
 per skip, ~20 steps); far more than that in a row means the scale is already at its floor
 or the model has diverged (NaN weights, a bad learning rate), and no further data will fix
 it. The run then ends with an error naming the cause instead of exiting 0 with the weights
-it had.
+it had. Weights that became non-finite anyway are never saved (`FiniteWeightsGuard`).
 """
+import os
+
+import numpy as np
 import tensorflow as tf
+
+from modeling.checkpoints import is_accumulation_buffer
 
 tf1 = tf.compat.v1
 
@@ -37,3 +42,58 @@ class DivergenceGuardHook(tf1.train.SessionRunHook):
                 "non-finite gradients: the run is not training (diverged, or the loss "
                 "scale is unusable); lower --learning_rate or check the data, then resume "
                 "from an earlier checkpoint")
+
+
+class NonFiniteWeightsError(RuntimeError):
+    """A checkpoint would have held a NaN or an infinity: refused, the run stops."""
+
+
+class FiniteWeightsGuard(tf1.train.CheckpointSaverListener):
+    """Refuses every checkpoint save (raises NonFiniteWeightsError, which ends the run in one
+    line) while a weight or optimizer state holds a NaN or an infinity, so that the latest
+    checkpoint in the folder is always one a rerun can resume from. (A NaN checkpoint used
+    to become the latest: the advised rerun resumed from it and failed again.)
+
+    Cost: one boolean per variable, computed in the graph (on each variable's device) and
+    fetched only when a checkpoint is saved, never with the training steps. Gradient-
+    accumulation buffers are left out (`is_accumulation_buffer`), as the resume check leaves
+    them out. Pass it to `Estimator.train(saving_listeners=...)` before the listeners that
+    write (input state); `check` serves a save made elsewhere (preemption)."""
+
+    def __init__(self, model_dir):
+        self._model_dir = model_dir
+        self._finite = None
+
+    def begin(self):
+        self.build()
+
+    def build(self):
+        """Adds the check to the default graph (before it is finalized; idempotent)."""
+        graph = tf1.get_default_graph()
+        if self._finite is not None and self._finite.graph is graph:
+            return
+        variables = [variable for variable in tf1.global_variables()
+                     if variable.dtype.base_dtype.is_floating
+                     and not is_accumulation_buffer(variable.op.name)]
+        self._names = [variable.op.name for variable in variables]
+        flags = []
+        for variable in variables:
+            with tf1.device(variable.device):
+                flags.append(tf.reduce_all(tf.math.is_finite(variable)))
+        self._finite = tf.stack(flags) if flags else tf.constant([True])
+
+    def before_save(self, session, global_step_value):
+        self.check(session, global_step_value)
+
+    def check(self, session, step):
+        finite = session.run(self._finite)
+        if finite.all():
+            return
+        name = self._names[int(np.argmin(finite))]
+        latest = tf1.train.latest_checkpoint(self._model_dir) if self._model_dir else None
+        kept = (f"{os.path.basename(latest)} stays the latest checkpoint: resume from it with "
+                "a lower --learning_rate (or check the data)" if latest
+                else "no checkpoint was written")
+        raise NonFiniteWeightsError(
+            f"{self._model_dir}: refusing to save a checkpoint at step {step}: {name} holds "
+            f"a NaN or an infinity (the weights diverged); {kept}")

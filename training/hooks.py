@@ -360,9 +360,12 @@ class PreemptionHook(tf1.train.SessionRunHook):
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
-    def __init__(self, checkpoint_prefix, workers):
+    def __init__(self, checkpoint_prefix, workers, finite_guard=None):
+        """`finite_guard`: a `resilience.divergence.FiniteWeightsGuard`, which refuses the
+        save of non-finite weights here as at the Estimator's saves."""
         self._checkpoint_prefix = checkpoint_prefix
         self._workers = workers
+        self._finite_guard = finite_guard
         # Not None once preemption is under way for this rank: the signal it received, or
         # 0 when only other ranks received one and this run stopped with them.
         self.received = None
@@ -377,6 +380,8 @@ class PreemptionHook(tf1.train.SessionRunHook):
 
     def begin(self):
         self._global_step = tf1.train.get_global_step()
+        if self._finite_guard is not None and self._workers.is_chief:
+            self._finite_guard.build()
         # A placeholder fed on every run that fetches it, not placeholder_with_default: with
         # an unfed default, TensorFlow's graph optimizer constant-folds the allreduce, i.e.
         # runs the collective while it builds an executor for a new set of fetches. The
@@ -431,6 +436,8 @@ class PreemptionHook(tf1.train.SessionRunHook):
                 savers = tf1.get_collection(tf1.GraphKeys.SAVERS)
                 saver = savers[0] if savers else tf1.train.Saver()
                 step = session.run(self._global_step)
+                if self._finite_guard is not None:
+                    self._finite_guard.check(session, step)
                 path = saver.save(session, self._checkpoint_prefix, global_step=step)
                 logging.warning("preempted: saved %s", path)
         finally:

@@ -38,7 +38,7 @@ import re
 import tensorflow as tf
 from absl import logging
 
-from resilience.data_order import read_json, write_json_atomically
+from resilience.atomic_files import flush_to_disk, read_json_object, write_json_atomically
 from training.train_step import MICRO_STEP_NAME
 
 tf1 = tf.compat.v1
@@ -63,11 +63,15 @@ class InputStateStore:
     `keep` most recent: the latest model checkpoint may be older than the latest snapshot
     when a run was killed between the two writes."""
 
-    def __init__(self, output_dir, rank, order_id, keep=KEEP):
-        """`order_id`: the `stream_id` of this run's data (same on every rank)."""
+    def __init__(self, output_dir, rank, order_id, keep=KEEP, order=None):
+        """`order_id`: the `stream_id` of this run's data (same on every rank); `order`: the
+        resolved data order itself, recorded in each marker (`saved_order` reads it back
+        when `data_order.json` is lost or damaged)."""
         self.directory = os.path.join(output_dir, STATE_DIR, f"rank-{rank}")
         self.order_id = order_id
+        self.order = order
         self.keep = keep
+        self.problem = None  # why the last `pipeline_skip` found no usable snapshot
 
     def path(self, micro_step):
         """Checkpoint prefix of the snapshot at `micro_step`."""
@@ -76,11 +80,28 @@ class InputStateStore:
     def pipeline_skip(self, micro_step):
         """The records skipped when the pipeline of the committed snapshot at `micro_step` was
         built (rebuild it so to restore the snapshot), or None when there is no committed
-        snapshot of this data order there."""
-        marker = read_json(self.path(micro_step) + ".json")
+        snapshot of this data order there. A damaged marker or snapshot (a crash before its
+        data reached the disk) counts as none; `problem` then says what was wrong."""
+        self.problem = None
+        path = self.path(micro_step) + ".json"
+        marker, problem = read_json_object(path)
+        if problem is None and marker is not None and not (
+                isinstance(marker.get("skip_records", 0), int)
+                and isinstance(marker.get("files", {}), dict)):
+            problem = "not an input-state marker"
+        if problem:
+            self.problem = f"{path} is damaged ({problem})"
+            return None
         if not marker or marker.get("order_id") != self.order_id \
                 or marker.get("micro_step") != micro_step:
             return None
+        for name, size in marker.get("files", {}).items():  # absent from older markers
+            path = os.path.join(self.directory, name)
+            found = tf.io.gfile.stat(path).length if tf.io.gfile.exists(path) else None
+            if found != size:
+                self.problem = (f"{path} is damaged: {found} bytes, {size} when saved"
+                                if found is not None else f"{path} is missing")
+                return None
         return int(marker.get("skip_records", 0))
 
     def latest_bytes(self):
@@ -103,9 +124,17 @@ class InputStateStore:
         if tf.io.gfile.exists(prefix + ".json"):  # a previous data order's: uncommit first
             tf.io.gfile.remove(prefix + ".json")
         saver.save(session, prefix, write_meta_graph=False, write_state=False)
-        write_json_atomically(prefix + ".json", {"micro_step": micro_step,
-                                                 "order_id": self.order_id,
-                                                 "skip_records": skip_records})
+        # the snapshot on the disk before the marker that makes it count, its sizes in the
+        # marker (its iterator state is a variant: the index says nothing of its length)
+        written = sorted(tf.io.gfile.glob(prefix + ".*"))
+        flush_to_disk(written)
+        marker = {"micro_step": micro_step, "order_id": self.order_id,
+                  "skip_records": skip_records,
+                  "files": {os.path.basename(path): tf.io.gfile.stat(path).length
+                            for path in written}}
+        if self.order is not None:
+            marker["order"] = self.order
+        write_json_atomically(prefix + ".json", marker)
         self._prune()
         return prefix
 
@@ -118,6 +147,17 @@ class InputStateStore:
                   if not (_NAME.match(name) and int(_NAME.match(name).group(1)) in kept)]
         for name in sorted(doomed, key=lambda n: not n.endswith(".json")):  # markers first
             tf.io.gfile.remove(os.path.join(self.directory, name))
+
+
+def saved_order(output_dir, micro_step):
+    """The data order recorded with rank 0's input state at `micro_step` (every rank reads
+    rank 0's, so all find the same), or None."""
+    marker, _ = read_json_object(os.path.join(output_dir, STATE_DIR, "rank-0",
+                                              f"micro_step-{micro_step}.json"))
+    if not marker or marker.get("micro_step") != micro_step \
+            or not isinstance(marker.get("order"), dict):
+        return None
+    return marker["order"]
 
 
 def rank_directories(output_dir):

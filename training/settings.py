@@ -25,6 +25,9 @@ class TrainingSettings:
     max_consecutive_skips: int = 100       # stop a run whose steps are all skipped
     log_variables: bool = False            # --verbose_logging: every trainable variable
     model_dir: Optional[str] = None        # the run's folder: its checkpoint must fit the graph
+    # the checkpoint training resumes from (training.resume.resume_point; "": none), None:
+    # model_dir's latest
+    resume_checkpoint: Optional[str] = None
     devices: tuple = ()                    # tower devices of --num_local_devices (runtime.towers)
 
 

@@ -69,7 +69,8 @@ def train_spec(settings, loss, micro_step, log_tensors, extra_hooks_fn=None, tow
         or None)
     # Every variable now exists (slots, buffers): before anything is saved, the folder's
     # checkpoint must be of this graph, or the run would overwrite another model with it.
-    refuse_other_model(settings.model_dir, tf1.global_variables())
+    refuse_other_model(settings.model_dir, tf1.global_variables(),
+                       checkpoint=settings.resume_checkpoint)
     with tf.control_dependencies([train_op]):
         train_op = tf.group(train_op, micro_step.assign_add(1, read_value=False))
     tensors = dict(log_tensors)
