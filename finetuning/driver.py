@@ -125,6 +125,8 @@ def _run(task, options, workers, started_at):
     tokenizer = FullTokenizer(options.vocab_file, options.do_lower_case)
     validate_case_matches_checkpoint(options.do_lower_case, options.init_checkpoint)
     tf.io.gfile.makedirs(options.output_dir)
+    # Before anything reads the folder's checkpoints, on every rank: the one to resume from.
+    resume = resume_point(options.output_dir, workers, getattr(options, "start_over", False))
     results = {}
 
     num_train_steps, num_warmup_steps, train_file = 1, 0, None
@@ -151,8 +153,6 @@ def _run(task, options, workers, started_at):
     if triton and workers.is_chief:
         triton.check_writable()  # before training, not after it
     compute_type, loss_scale = precision_settings(speed.amp, speed.amp_dtype)
-    # Before anything reads the folder's checkpoints, on every rank: the one to resume from.
-    resume = resume_point(options.output_dir, workers, getattr(options, "start_over", False))
     settings = TrainingSettings(
         model_dir=options.output_dir, resume_checkpoint=resume.checkpoint or "",
         bert_config=config,

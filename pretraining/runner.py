@@ -101,6 +101,8 @@ def run(options):
 def _run(options, workers, started_at):
     config = BertConfig.from_json_file(options.bert_config_file)
     _validate(options, config)
+    # Before anything reads the folder's checkpoints, on every rank: the one to resume from.
+    resume = resume_point(options.output_dir, workers, getattr(options, "start_over", False))
     # NVIDIA's --amp/--use_xla defaults on a machine without GPU
     speed = resolve_speed(options, gpu=bool(workers.gpus))
     compute_type, loss_scale = precision_settings(speed.amp, speed.amp_dtype)
@@ -141,8 +143,6 @@ def _run(options, workers, started_at):
                                             options.max_predictions_per_seq, config,
                                             () if options.do_train else dynamic_flags)
 
-    # Before anything reads the folder's checkpoints, on every rank: the one to resume from.
-    resume = resume_point(options.output_dir, workers, getattr(options, "start_over", False))
     settings = TrainingSettings(
         model_dir=options.output_dir, resume_checkpoint=resume.checkpoint or "",
         bert_config=config, learning_rate=results["plan"]["peak_learning_rate"],

@@ -5,6 +5,7 @@ newest whole and finite checkpoint with one line, never trains from step 0 over 
 (unless --start_over, which moves them aside), never overwrites one, never starts from or
 saves non-finite weights (docs/faults.md, "Faults tried")."""
 import glob
+import json
 import os
 import shutil
 import subprocess
@@ -16,7 +17,7 @@ import tensorflow as tf
 
 from pretraining.runner import main as pretraining_main
 from pretraining.runner import run as pretraining_run
-from resilience import atomic_files
+from resilience import atomic_files, data_order
 from test_finetuning import tiny_model  # noqa: F401  (fixture)
 from test_pretraining import data, make_flags  # noqa: F401  (fixture)
 from test_resume_position import files, skips, train  # noqa: F401  (fixtures)
@@ -153,8 +154,9 @@ def test_damaged_data_order_and_input_state_files_are_treated_as_missing(trained
 
 
 def test_run_state_is_flushed_to_disk_before_it_is_named(tmp_path, monkeypatch):
-    """The file, then its folder (the rename), are fsync'ed: a power loss cannot leave a
-    zero-length data_order.json or marker behind a rename that survived."""
+    """data_order.json (as every run-state file: one routine, resilience.atomic_files): the
+    file, then its folder (the rename), are fsync'ed, so a power loss cannot leave a
+    zero-length file behind a rename that survived."""
     synced = []
     real_fsync = os.fsync
 
@@ -163,10 +165,10 @@ def test_run_state_is_flushed_to_disk_before_it_is_named(tmp_path, monkeypatch):
         return real_fsync(descriptor)
 
     monkeypatch.setattr(os, "fsync", spy)
-    path = tmp_path / "data_order.json"
-    atomic_files.write_json_atomically(str(path), {"start_micro_step": 3})
-    assert atomic_files.read_json_object(str(path)) == ({"start_micro_step": 3}, None)
-    assert synced[0].startswith(f"{path}.tmp-") and synced[-1] == str(tmp_path)
+    data_order.record(str(tmp_path), {"start_micro_step": 3})
+    path = tmp_path / data_order.DATA_ORDER_FILE
+    assert json.loads(path.read_text()) == {"start_micro_step": 3}
+    assert synced and synced[0].startswith(f"{path}.tmp-") and synced[-1] == str(tmp_path)
     assert not list(tmp_path.glob("*.tmp-*"))
 
 
@@ -263,7 +265,6 @@ def test_finetuning_refuses_unusable_checkpoints_and_nan_init_in_one_line(tiny_m
     """run_classifier.py over an output folder whose checkpoints are all damaged: one line
     naming it and --start_over; with --start_over they are moved aside, and a NaN
     --init_checkpoint is then refused in one line naming the variable."""
-    import json
     config = json.loads((tiny_model / "bert_config.json").read_text())
     nan_init = str(tmp_path / "nan_init" / "model.ckpt")
     os.makedirs(os.path.dirname(nan_init))
