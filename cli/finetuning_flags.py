@@ -49,8 +49,9 @@ def define_common_flags(flag_values=flags.FLAGS, options=ClassifierOptions):
                     "Start at step 0 in an --output_dir that holds checkpoints: they, "
                     "its 'checkpoint' file, data_order.json and input_state/ are moved into "
                     "<output_dir>/set_aside-<time>/ (nothing is deleted). Without it a run "
-                    "resumes from the newest whole, finite checkpoint there and refuses to "
-                    "start over them when none is usable.")
+                    "resumes from its latest checkpoint (when that one is lost, damaged or "
+                    "holds a NaN, from the newest usable one) and refuses to start at step 0 "
+                    "over checkpoints none of which is usable.")
     train.DEFINE_integer("num_accumulation_steps", options.num_accumulation_steps,
                          "Micro-batches per optimizer step.")
     train.DEFINE_enum("optimizer_type", options.optimizer_type, ["adam", "adamw", "lamb"],

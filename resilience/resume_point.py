@@ -109,7 +109,7 @@ def read_state(output_dir):
     state = type(tf1.train.generate_checkpoint_state_proto(output_dir, "x"))()
     try:
         text_format.Parse(text, state)
-    except text_format.ParseError:
+    except (text_format.ParseError, ValueError):
         return None, "is not a checkpoint state file"
     if not state.model_checkpoint_path:
         return None, "names no checkpoint"
@@ -174,7 +174,8 @@ def _names(prefixes, most=4):
 def write_state(output_dir, prefix, older=()):
     """Rewrites `output_dir`'s state file to name `prefix` (and `older`, oldest first, as
     the checkpoints the rotation keeps counting), atomically and flushed to disk."""
-    relative = [os.path.relpath(path, output_dir) if os.path.dirname(path) == output_dir
+    here = os.path.normpath(output_dir)
+    relative = [os.path.basename(path) if os.path.normpath(os.path.dirname(path)) == here
                 else path for path in list(older) + [prefix]]
     state = tf1.train.generate_checkpoint_state_proto(output_dir, relative[-1], relative)
     write_text_atomically(os.path.join(output_dir, STATE_FILE),
