@@ -98,12 +98,25 @@ def main(flags):
             inference.check_query(task, query, where, spell)
         answers = inference.predict(task, runner, FullTokenizer(vocab, lower),
                                     [query for _, query in queries], note=_note)
+        lines = [_json_line(answer, where) for answer, (where, _) in zip(answers, queries)]
+    except inference.NonFiniteOutputError as err:
+        print(f"error: {queries[err.query_index][0]}: {err}", file=sys.stderr)
+        return 1
     except (ValueError, OSError, KeyError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
-    for answer in answers:
-        print(json.dumps(answer, ensure_ascii=False))
+    for line in lines:
+        print(line)
     return 0
+
+
+def _json_line(answer, where):
+    """`answer` as one line of strict JSON: a NaN or an infinity (which `json.dumps` writes as
+    `NaN`, not JSON) raises ValueError naming the query (`where`) instead of reaching stdout."""
+    try:
+        return json.dumps(answer, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        raise ValueError(f"{where}: the answer holds a NaN or an infinity: not printed") from None
 
 
 COMMAND = Command("inference", __doc__, define_flags, main)

@@ -44,10 +44,23 @@ def define_ignored(flag_values, names):
         getattr(group, f"DEFINE_{kind}")(name, default, f"NVIDIA's flag; ignored: {why}.")
 
 
+def ignored_flags(flag_values):
+    """Names of the flags `flag_values`'s command accepts only for NVIDIA's command lines.
+
+    Read from the definitions (the flags `define_ignored` put in GROUP), never from IGNORED:
+    IGNORED says why a name may be ignored by some command, not that this command ignores
+    it. `--doc_stride` is ignored by run_classifier.py and used by run_squad.py, and
+    warning about every IGNORED name given told each run_squad.sh run that its stride was
+    ignored, while it changes the answers.
+    """
+    return [name for name in flag_values
+            if flag_values[name].name == name
+            and getattr(flag_values[name], "help_group", None) == GROUP]
+
+
 def warn_ignored(flag_values):
     """One warning line per ignored flag given on the command line; returns their names."""
-    given = [name for name in IGNORED
-             if name in flag_values and flag_values[name].present]
+    given = [name for name in ignored_flags(flag_values) if flag_values[name].present]
     for name in given:
         logging.warning("--%s is NVIDIA's and ignored here: %s", name, IGNORED[name][2])
     return given

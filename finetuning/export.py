@@ -15,7 +15,8 @@ import tempfile
 import tensorflow as tf
 from absl import logging
 
-from modeling.checkpoints import CheckpointError, checkpoint_variables
+from modeling.checkpoints import (CheckpointError, checkpoint_variables,
+                                  first_non_finite_variable, is_model_variable)
 from resilience.disk_space import DiskFullError, disk_full_cause, free_bytes, shortage
 from resilience.failures import op_error_summary
 
@@ -143,27 +144,61 @@ def check_exportable(estimator, task, max_seq_length, checkpoint_path):
     returns about the bytes the export writes (its variables and graph).
 
     Without this, exporting a pre-trained (not fine-tuned) checkpoint fails inside the
-    Estimator's restore with a NotFoundError traceback about `cls/squad/output_bias`;
-    a checkpoint without the task's head needs fine-tuning (--do_train) first.
+    Estimator's restore with a NotFoundError traceback about `cls/squad/output_bias`, and a
+    checkpoint holding a NaN exports without a word into a model that answers NaN.
     """
     if checkpoint_path is None:
         raise CheckpointError(f"{estimator.model_dir}: no checkpoint to export: pass "
                               "--init_checkpoint (a fine-tuned checkpoint) or --do_train")
-    present = checkpoint_variables(checkpoint_path)
     needed, graph_bytes = serving_graph(estimator, task, max_seq_length)
+    check_checkpoint_serves(
+        checkpoint_path, task, {name: trainable for name, (trainable, _) in needed.items()},
+        "fine-tune it first (--do_train with the training data), then export",
+        "not exported: export an earlier checkpoint (--init_checkpoint=PREFIX) or fine-tune "
+        "again")
+    return sum(size for _, size in needed.values()) + graph_bytes
+
+
+def check_checkpoint_serves(checkpoint_path, task, needed, untuned_remedy, non_finite_remedy):
+    """Raises `CheckpointError` (one line naming the checkpoint) unless `checkpoint_path`
+    holds every variable of `needed` ({name: trainable}, the task's serving graph) and each
+    of them is finite; export and inference from a checkpoint both ask this.
+
+    A missing trainable variable outside the encoder is the task's head: the checkpoint is
+    not fine-tuned for `task` (`untuned_remedy` says what to do). A NaN or infinity
+    (`modeling.checkpoints.first_non_finite_variable`: one variable read at a time, ~1 s per
+    GB) is named with `non_finite_remedy`: served, it answers NaN to every query.
+    """
+    present = checkpoint_variables(checkpoint_path)
     missing = sorted(name for name in needed if name not in present)
-    head = [name for name in missing
-            if needed[name][0] and not name.startswith(ENCODER_SCOPE)]
+    head = [name for name in missing if needed[name] and not name.startswith(ENCODER_SCOPE)]
     if head:
+        other = sorted(name for name in present if is_model_variable(name)
+                       and not name.startswith(ENCODER_SCOPE) and name not in needed)
+        guess = (f"one fine-tuned for another task? it has {other[0]}" if other
+                 else "a pre-trained checkpoint?")
         raise CheckpointError(
-            f"{checkpoint_path}: has no {task.name} head ({', '.join(head)}): it is not "
-            f"fine-tuned for {task.name} (a pre-trained checkpoint?); fine-tune it first "
-            "(--do_train with the training data), then export")
+            f"{checkpoint_path}: has no {task.name} head ({', '.join(head)}): it is not a "
+            f"fine-tuned {task.model_kind} checkpoint ({guess}); {untuned_remedy}")
     if missing:
         shown = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
         raise CheckpointError(f"{checkpoint_path}: lacks {len(missing)} variable(s) the "
-                              f"{task.name} model needs to export: {shown}")
-    return sum(size for _, size in needed.values()) + graph_bytes
+                              f"{task.name} model needs: {shown}")
+    non_finite = non_finite_variable(checkpoint_path, names=needed)
+    if non_finite is not None:
+        raise CheckpointError(f"{checkpoint_path}: variable {non_finite} holds NaN or infinity "
+                              f"(a diverged run's weights?); {non_finite_remedy}")
+
+
+def non_finite_variable(checkpoint_path, names=None):
+    """`modeling.checkpoints.first_non_finite_variable`, with data that cannot be read (a
+    checksum mismatch: bytes changed on disk) said in one line naming the checkpoint
+    (`CheckpointError`) instead of a DataLossError traceback."""
+    try:
+        return first_non_finite_variable(checkpoint_path, names)
+    except tf.errors.OpError as err:
+        raise CheckpointError(f"{checkpoint_path}: damaged checkpoint: "
+                              f"{op_error_summary(err)}") from None
 
 
 def read_export_metadata(saved_model_dir):

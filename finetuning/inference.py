@@ -12,7 +12,8 @@ import tensorflow as tf
 from google.protobuf.message import DecodeError
 
 from finetuning import glue_data, squad_data, squad_postprocess
-from finetuning.export import SEQUENCE_INPUTS, read_export_metadata
+from finetuning.export import (SEQUENCE_INPUTS, check_checkpoint_serves, non_finite_variable,
+                              read_export_metadata)
 from finetuning.model_fn import make_model_fn
 from finetuning.tasks import ClassifierTask, SquadTask
 from modeling.checkpoints import CheckpointError, check_not_damaged, resolve_checkpoint
@@ -35,12 +36,18 @@ def task_from_metadata(metadata):
 
 
 class SavedModelRunner:
-    """Calls the `serving_default` signature of an exported SavedModel."""
+    """Calls the `serving_default` signature of an exported SavedModel (`name`: its path)."""
 
     def __init__(self, path):
+        self.name = path
         variables = os.path.join(path, "variables", "variables")
         if tf.io.gfile.exists(variables + ".index"):
             check_not_damaged(variables)
+            non_finite = non_finite_variable(variables)
+            if non_finite is not None:
+                raise CheckpointError(f"{path}: variable {non_finite} holds NaN or infinity (the "
+                                      "export of a diverged run's weights?): it answers NaN; "
+                                      "export a good checkpoint")
         try:
             self._signature = tf.saved_model.load(path).signatures["serving_default"]
         except (tf.errors.OpError, OSError, ValueError, DecodeError) as err:
@@ -53,7 +60,9 @@ class SavedModelRunner:
 
 
 class CheckpointRunner:
-    """Builds the task's PREDICT graph and restores a fine-tuned checkpoint into it."""
+    """Builds the task's PREDICT graph and restores a fine-tuned checkpoint into it, once
+    `check_checkpoint_serves` found all of the graph's variables there and finite (`name`:
+    the checkpoint's prefix)."""
 
     def __init__(self, task, config, checkpoint, max_seq_length, compute_type="float32"):
         self._graph = tf.Graph()
@@ -67,13 +76,35 @@ class CheckpointRunner:
                                                  tf.estimator.ModeKeys.PREDICT)
             self._outputs = spec.predictions
             self._session = tf1.Session(graph=self._graph)
-            prefix = resolve_checkpoint(checkpoint)
-            check_not_damaged(prefix)
+            prefix = self.name = resolve_checkpoint(checkpoint)
+            trainable = {v.op.name for v in tf1.trainable_variables()}
+            check_checkpoint_serves(
+                prefix, task, {v.op.name: v.op.name in trainable for v in tf1.global_variables()},
+                f"fine-tune it first ({_finetuning_command(task)} --do_train), then pass "
+                "that checkpoint or its SavedModel (--saved_model)",
+                "refusing to answer with it: pass an earlier checkpoint")
             tf1.train.Saver().restore(self._session, prefix)
 
     def __call__(self, inputs):
         return self._session.run(self._outputs,
                                  {self._inputs[k]: v for k, v in inputs.items()})
+
+
+def _finetuning_command(task):
+    """The command that fine-tunes a model of `task`, for messages."""
+    if isinstance(task, SquadTask):
+        return "bert-squad"
+    return f"bert-glue --task_name={task.name}"
+
+
+class NonFiniteOutputError(ValueError):
+    """The model gave a NaN or an infinity for query `query_index` (its position in the
+    items asked): printed, it would be invalid JSON and a meaningless answer."""
+
+    def __init__(self, query_index, output):
+        self.query_index = query_index
+        super().__init__(f"the model's {output} came out NaN or infinite (an overflow inside "
+                         "the model?): no answer given")
 
 
 # Serving input name -> attribute of the task's feature objects.
@@ -82,7 +113,9 @@ _FEATURE_ATTRIBUTE = {"unique_ids": "unique_id"}
 
 def run_in_batches(runner, features, extra_inputs=(), batch_size=32):
     """Runs `features` (objects with input_ids/input_mask/segment_ids) through `runner`;
-    returns one dict of numpy arrays per feature."""
+    returns one dict of numpy arrays per feature. Raises NonFiniteOutputError for the first
+    feature with a NaN or infinite output (its query: the feature's `example_index`, SQuAD's
+    windows, or its position)."""
     results = []
     for start in range(0, len(features), batch_size):
         batch = features[start:start + batch_size]
@@ -92,6 +125,11 @@ def run_in_batches(runner, features, extra_inputs=(), batch_size=32):
             inputs[name] = np.array([getattr(f, _FEATURE_ATTRIBUTE[name]) for f in batch],
                                     np.int32)
         outputs = runner(inputs)
+        for name, value in outputs.items():
+            if np.issubdtype(value.dtype, np.floating) and not np.isfinite(value).all():
+                bad = int(np.flatnonzero(~np.isfinite(value.reshape(len(batch), -1)).all(1))[0])
+                raise NonFiniteOutputError(getattr(batch[bad], "example_index", start + bad),
+                                           name)
         results.extend({k: v[i] for k, v in outputs.items()} for i in range(len(batch)))
     return results
 
@@ -123,6 +161,32 @@ def check_query(task, item, where, spell=repr):
     if empty:
         raise ValueError(f"{where}: {' and '.join(map(spell, empty))} is empty; {model} "
                          "has nothing to answer from")
+    for field in QUERY_FIELDS:
+        problem = not_unicode_text(item.get(field))
+        if problem:
+            raise ValueError(f"{where}: {spell(field)} {problem}")
+
+
+# Every text field a query may have (what `check_query` checks).
+QUERY_FIELDS = ("question", "context", "text", "text_b")
+
+
+def not_unicode_text(value):
+    """What makes the string `value` not text the tokenizer and a UTF-8 stdout can take
+    (`is not ... text (...)`), or None: a lone surrogate, which is how Python holds a
+    command-line byte that is not UTF-8 (`\\udcff` for the byte 0xff) or what a JSON
+    `\\ud800` escape gives. Why: such a query ended in a TypeError traceback from the
+    tokenizer."""
+    if not isinstance(value, str):
+        return None
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as err:
+        code, where = ord(value[err.start]), f"at character {err.start + 1}"
+        if 0xDC80 <= code <= 0xDCFF:  # surrogateescape: an undecodable byte
+            return f"is not UTF-8 text (byte 0x{code - 0xDC00:02x} {where})"
+        return f"is not Unicode text (lone surrogate \\u{code:04x} {where})"
+    return None
 
 
 def count_windows(features):
@@ -201,10 +265,16 @@ def load_saved_model(path):
 
 def read_query_file(path):
     """[(`file:line`, query dict)] of a JSON-lines file, blank lines skipped; a line that is
-    not JSON raises ValueError naming the file and line."""
+    not UTF-8 or not JSON raises ValueError naming the file and line (read as bytes and
+    decoded line by line: decoding the whole file named neither)."""
     queries = []
-    with open(path, encoding="utf-8") as reader:
-        for number, line in enumerate(reader, 1):
+    with open(path, "rb") as reader:
+        for number, raw in enumerate(reader, 1):
+            try:
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as err:
+                raise ValueError(f"{path}:{number}: not UTF-8 text (byte 0x{raw[err.start]:02x} "
+                                 f"at byte {err.start + 1} of the line)") from None
             if not line.strip():
                 continue
             try:

@@ -28,6 +28,7 @@ from absl import logging
 
 from data_prep.instances import tfrecord_writer
 from finetuning.squad_eval import SquadFileError, dataset_articles, load_json_file
+from finetuning.squad_version import check_version
 
 FIRST_UNIQUE_ID = 1000000000
 
@@ -169,9 +170,15 @@ def _make_example(qa, where, context, doc_tokens, char_to_word, is_training, sou
     return example, None
 
 
-def read_squad_examples(input_file, is_training):
-    """Reads a SQuAD json file into ``SquadExample``s; skipped questions are logged."""
+def read_squad_examples(input_file, is_training, version_2_with_negative=None):
+    """Reads a SQuAD json file into ``SquadExample``s; skipped questions are logged.
+
+    ``version_2_with_negative`` (True/False): the file is first checked to be data of that
+    SQuAD version (``squad_version.check_version``); None: not checked.
+    """
     dataset = load_json_file(input_file, "SQuAD dataset")
+    if version_2_with_negative is not None:
+        check_version(dataset, version_2_with_negative, is_training, input_file)
     examples, skipped = parse_squad_examples(dataset, is_training, source=input_file)
     for qas_id, reason in skipped:
         logging.warning("Skipping SQuAD question %s: %s", qas_id, reason)
@@ -275,8 +282,12 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length, doc_stride
     cache = _DocCache(tokenizer)
     features = []
     unique_id = FIRST_UNIQUE_ID
+    cut = []  # (qas_id, pieces) of the questions longer than max_query_length
     for example_index, example in enumerate(examples):
-        query = tokenizer.tokenize(example.question_text)[:max_query_length]
+        query = tokenizer.tokenize(example.question_text)
+        if len(query) > max_query_length:
+            cut.append((example.qas_id, len(query)))
+            query = query[:max_query_length]
         query_ids = tokenizer.convert_tokens_to_ids(query)
         max_pieces_per_span = max_seq_length - len(query) - 3
         if max_pieces_per_span < 1:
@@ -331,7 +342,22 @@ def convert_examples_to_features(examples, tokenizer, max_seq_length, doc_stride
             if output_fn is not None:
                 output_fn(feature)
             unique_id += 1
+    if cut:
+        logging.warning("%s", query_cut_warning(cut, len(examples), max_query_length))
     return features
+
+
+def query_cut_warning(cut, num_questions, max_query_length):
+    """The one line saying which questions lost their end to ``max_query_length``: the model
+    answers what remains, which may be another question. Google's run_squad.py cuts them
+    silently (as it still is cut here, so features stay Google's)."""
+    qas_id, pieces = cut[0]
+    if len(cut) == 1:
+        return (f"question {qas_id} has {pieces} WordPiece tokens: cut to its first "
+                f"{max_query_length} (max_query_length), the part the model answers")
+    return (f"{len(cut)} of {num_questions} questions have more than {max_query_length} "
+            f"WordPiece tokens (max_query_length; the first, {qas_id}, has {pieces}): each "
+            f"cut to its first {max_query_length}, the part the model answers")
 
 
 # ---------------------------------------------------------------------------

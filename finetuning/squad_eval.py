@@ -334,8 +334,9 @@ def evaluate_v2(dataset_json, predictions, na_probs=None, na_prob_thresh=1.0,
 
 
 def evaluate(dataset_json, predictions, na_probs=None, na_prob_thresh=1.0,
-             version_2_with_negative=None):
-    """The official metric of ``predictions`` (id -> text) on a parsed SQuAD dataset.
+             version_2_with_negative=None, source="<dataset>"):
+    """The official metric of ``predictions`` (id -> text) on a parsed SQuAD dataset
+    (``source``: its file, which errors name).
 
     v1.1 gives ``{"exact_match", "f1"}``; v2.0 (``version_2_with_negative=True``, or ``None``
     and the data has ``is_impossible`` keys or ``na_probs`` is given) the v2 script's dict.
@@ -344,8 +345,8 @@ def evaluate(dataset_json, predictions, na_probs=None, na_prob_thresh=1.0,
     if version_2_with_negative is None:
         version_2_with_negative = na_probs is not None or is_version_2(dataset_json)
     if version_2_with_negative:
-        return evaluate_v2(dataset_json, predictions, na_probs, na_prob_thresh)
-    return evaluate_v1(dataset_json, predictions)
+        return evaluate_v2(dataset_json, predictions, na_probs, na_prob_thresh, source=source)
+    return evaluate_v1(dataset_json, predictions, source)
 
 
 # ---------------------------------------------------------------------------

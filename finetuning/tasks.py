@@ -18,7 +18,8 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from finetuning import glue_data, glue_metrics, squad_data, squad_eval, squad_postprocess
+from finetuning import (glue_data, glue_metrics, squad_data, squad_eval, squad_postprocess,
+                        squad_version)
 from finetuning.heads import (classification_head, classification_loss, squad_head,
                               squad_loss)
 from modeling import BertModel
@@ -46,6 +47,11 @@ class ClassifierTask:
         self.labels = self.processor.get_labels()
         self.is_regression = self.processor.is_regression
         self.num_labels = self.processor.num_labels
+
+    @property
+    def model_kind(self):
+        """What messages call a model of this task."""
+        return f"{self.name} classifier"
 
     @classmethod
     def from_options(cls, options):
@@ -163,6 +169,7 @@ class SquadTask:
     """SQuAD v1.1 / v2.0: question + context -> answer span (or no answer)."""
 
     name = "squad"
+    model_kind = "SQuAD"  # what messages call a model of this task
     extra_serving_inputs = ("unique_ids",)
 
     def __init__(self, train_file=None, predict_file=None, max_seq_length=384, doc_stride=128,
@@ -204,6 +211,13 @@ class SquadTask:
         if options.max_seq_length <= options.max_query_length + 3:
             raise TaskDataError(f"--max_seq_length={options.max_seq_length} leaves no room for "
                                 f"the context after --max_query_length={options.max_query_length}")
+        if options.do_predict:  # before training: not a failure hours later, after it
+            _read(self._check_version, self.predict_file, False)
+
+    def _check_version(self, path, is_training):
+        """`squad_version.check_version` of the file at `path` against this run's version."""
+        squad_version.check_version(squad_eval.load_dataset(path),
+                                    self.version_2_with_negative, is_training, path)
 
     def metadata(self):
         return {"task": self.name, "doc_stride": self.doc_stride,
@@ -222,7 +236,8 @@ class SquadTask:
             is_training)
 
     def write_train_records(self, tokenizer, path):
-        examples = _read(squad_data.read_squad_examples, self.train_file, True)
+        examples = _read(squad_data.read_squad_examples, self.train_file, True,
+                         self.version_2_with_negative)
         if not examples:
             raise TaskDataError(f"{self.train_file}: no training examples (every question "
                                 "skipped: an empty file, or answers whose answer_start does "
@@ -293,9 +308,10 @@ class SquadTask:
         has_answers = any(qa.get("answers") for qa in squad_eval.iter_questions(
             squad_eval.dataset_articles(dataset, self.predict_file), self.predict_file))
         if has_answers:
-            metrics.update(squad_eval.evaluate(
-                dataset, predictions, na_probs=null_odds if self.version_2_with_negative else None,
-                version_2_with_negative=self.version_2_with_negative))
+            metrics.update(_read(
+                squad_eval.evaluate, dataset, predictions,
+                null_odds if self.version_2_with_negative else None, 1.0,
+                self.version_2_with_negative, self.predict_file))
             metrics["global_step"] = int(global_step)
             glue_metrics.write_eval_results(os.path.join(output_dir, "eval_results.txt"),
                                             metrics)
