@@ -12,7 +12,7 @@ import tensorflow as tf
 from absl import logging
 
 from reporting.console import SHOW
-from reporting.progress import ProgressLine, format_duration
+from reporting.progress import ProgressLine, RunOfRepeats, format_duration
 from resilience.window_boundaries import WindowFollower
 
 tf1 = tf.compat.v1
@@ -108,32 +108,6 @@ def peak_memory():
         return None, None
 
 
-class HeldSteps:
-    """Which "held" lines to show while float16 steps are skipped in a row: the 1st, 2nd,
-    4th, 8th... of a run of them, then the last one when training goes on (`recovered`), so a
-    loss scale that comes down from 2**32 in 81 halvings prints 8 lines, not 81; the step
-    lines say the rest."""
-
-    def __init__(self):
-        self._count, self._shown, self._last = 0, 0, None
-
-    def show(self, values, step):
-        """Counts one held step; True when its line is to be shown."""
-        self._count += 1
-        self._last = (values, step)
-        if self._count & (self._count - 1):  # not a power of two
-            return False
-        self._shown = self._count
-        return True
-
-    def recovered(self):
-        """Ends a run of held steps: its last (values, step) when that line was not shown,
-        else None."""
-        last = self._last if self._count != self._shown else None
-        self._count, self._shown, self._last = 0, 0, None
-        return last
-
-
 class StepLoggingHook(tf1.train.SessionRunHook):
     """Logs every `every_n_steps` optimizer steps (rank 0 only).
 
@@ -207,7 +181,7 @@ class StepLoggingHook(tf1.train.SessionRunHook):
         # the summary: the last logged interval ends up to every_n_steps - 1 steps earlier
         self._final_step, self._final_losses = None, {}
         self._step_losses, self._step_micro_batches = {}, 0
-        self._held = HeldSteps()
+        self._held = RunOfRepeats()  # held lines: 81 skips in a row print 8, not 81
         self._progress = ProgressLine() if self._is_chief and self._total_steps else None
         if self._dllog_path and self._is_chief:
             os.makedirs(os.path.dirname(os.path.abspath(self._dllog_path)), exist_ok=True)
@@ -238,13 +212,13 @@ class StepLoggingHook(tf1.train.SessionRunHook):
             self._last_step = step - 1 if values["is_optimizer_step"] else step
             self._first_step = self._last_step
         if values["is_optimizer_step"] and step > self._last_step and self._progress:
-            recovered = self._held.recovered()  # the last held line, if not shown yet
+            recovered = self._held.end()  # the last held line, if not shown yet
             if recovered:
                 self._progress.show(self._held_text(*recovered))
         if values["is_optimizer_step"] and step % self._every == 0:
             if step > self._last_step:
                 self._emit(values, step)
-            elif self._progress and self._held.show(values, step):  # skipped: step held
+            elif self._progress and self._held.shows((values, step)):  # skipped: step held
                 self._progress.show(self._held_text(values, step))
 
     def _note_final_step(self, values, step):
