@@ -4,6 +4,17 @@ Every command (`cli/<command>.py`) is a `Command`; its console script (setup.py)
 top-level script of the same job both call `COMMAND.run()`, which does what all commands
 share, in the order it must happen: the console is prepared before TensorFlow is imported
 (commands import TensorFlow inside `main`, never at module level).
+
+Two kinds of bad moment are met here once for every command, each in one line:
+* a flag value that is not UTF-8 (a folder named with bytes b'out\xff', which Linux allows
+  and Python hands over as surrogate escapes): TensorFlow's file functions and the log file
+  can only take UTF-8, so it used to end in a logging traceback with the log file's folder
+  already created; it is now refused, naming the flag, before anything is created
+  (`undecodable_flag`);
+* Ctrl-C outside training (training itself saves a checkpoint and stops: the preemption
+  hook): `error: interrupted (Ctrl-C)` and exit status 130, instead of a KeyboardInterrupt
+  traceback. What a command was writing is not left behind under its final name: each
+  writer writes a temporary and renames it when whole, and removes it when interrupted.
 """
 import dataclasses
 import logging
@@ -18,6 +29,7 @@ from cli.flag_ranges import register_ranges
 from reporting import console
 
 HELP_ARGS = ("--help", "-h", "-?", "--helpshort")
+INTERRUPTED_STATUS = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C ended
 
 
 def prepare_process(argv=None):
@@ -46,7 +58,8 @@ class Command:
     exit_without_teardown: run from its command line, end the process as soon as `main`
     returns, once the output streams and log handlers are flushed, instead of freeing every
     object first (for a command that is over in a second and leaves large data behind:
-    teardown was 6% of `create_pretraining_data` on a 3.5 MB shard)."""
+    teardown was 6% of `create_pretraining_data` on a 3.5 MB shard);
+    interrupted_note: what the line after Ctrl-C adds (what was kept, how to go on)."""
     name: str
     doc: str
     define_flags: Callable
@@ -55,6 +68,7 @@ class Command:
     log_folder: Callable = lambda flag_values: None
     console_level: int = logging.WARNING
     exit_without_teardown: bool = False
+    interrupted_note: str = ""
 
     def run(self, argv: Optional[Sequence[str]] = None):
         """Parses the command line (sys.argv) and runs the command; exits with its status."""
@@ -73,6 +87,10 @@ class Command:
                 print(f"error: {args[1]}: unexpected argument", file=sys.stderr)
                 return 1
             values = flags.FLAGS
+            undecodable = undecodable_flag(values)
+            if undecodable:  # before the log file (in --output_dir, often) is created
+                print(f"error: {undecodable}", file=sys.stderr)
+                return 1
             console.start(self.name, values.log_dir or self.log_folder(values),
                           self.console_level)
             status = self.main(values)
@@ -80,7 +98,35 @@ class Command:
                 _exit_now(status)
             return status
 
-        app.run(main, argv=argv, flags_parser=_parse_flags)
+        try:
+            app.run(main, argv=argv, flags_parser=_parse_flags)
+        except KeyboardInterrupt:
+            note = f": {self.interrupted_note}" if self.interrupted_note else ""
+            after_echo = "\n" if sys.stderr.isatty() else ""  # the terminal's ^C ends no line
+            print(f"{after_echo}error: {self.name}: interrupted (Ctrl-C){note}",
+                  file=sys.stderr)
+            if self.exit_without_teardown and from_command_line:
+                _exit_now(INTERRUPTED_STATUS)
+            sys.exit(INTERRUPTED_STATUS)
+
+
+def undecodable_flag(flag_values):
+    """`flag --NAME: b'...' is not UTF-8 ...` for the first flag whose value (or one of a list
+    flag's values) holds bytes that are not UTF-8, or None."""
+    for name in flag_values:
+        flag = flag_values[name]
+        if flag.name != name:  # a short name of another flag
+            continue
+        values = flag.value if isinstance(flag.value, (list, tuple)) else [flag.value]
+        for value in values:
+            if not isinstance(value, str):
+                continue
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                return (f"flag --{name}: {os.fsencode(value)!r} is not UTF-8 (TensorFlow's "
+                        "files and the log take UTF-8 names and text only): rename it")
+    return None
 
 
 def _exit_now(status):

@@ -89,4 +89,6 @@ def main(flags):
 
 COMMAND = Command("create_pretraining_data", __doc__, define_flags, main,
                   required=("input_file", "output_file", "vocab_file"),
-                  console_level=logging.INFO, exit_without_teardown=True)
+                  console_level=logging.INFO, exit_without_teardown=True,
+                  interrupted_note="no output file is left half-written (each is written to "
+                                   "a temporary, renamed when whole); rerun the command")

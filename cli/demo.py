@@ -32,15 +32,24 @@ def _done(start, what):
     print(f"   {what} [{time.time() - start:.1f} s]", flush=True)
 
 
-def write_stdlib_corpus(path, max_documents=None):
-    """Standard-library docstrings as blank-line-separated documents. Returns the count."""
-    from data_prep.bertprep.builtin_corpus import iter_documents
+def write_stdlib_corpus(path, max_documents=None, whole_sentences=True):
+    """Standard-library docstrings as blank-line-separated documents. Returns the count.
+    `whole_sentences`: only the sentences a sequence holds whole (`sentence_document`:
+    the demo's data then loses no tokens to truncation); False: every docstring's prose,
+    the corpus bench/convergence.py's recorded results were measured on."""
+    from data_prep.bertprep.builtin_corpus import iter_documents, sentence_document
+    from data_prep.bertprep.sentence_segmentation import get_splitter
+    split = get_splitter("auto")
     count = 0
     tmp = f"{path}.tmp-{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as writer:
         for _, text in iter_documents():
             if max_documents is not None and count >= max_documents:
                 break
+            if whole_sentences:
+                text = sentence_document(text, split)
+                if len(split(text)) < 2:  # nothing left for a next sentence to follow
+                    continue
             writer.write(text + "\n\n")
             count += 1
     os.replace(tmp, path)
@@ -89,32 +98,19 @@ PHASE1_LEARNING_RATE, PHASE2_LEARNING_RATE = 1e-2, 2e-3
 EVAL_BATCH_SIZE, MAX_EVAL_STEPS = 32, 50
 
 
-def run_demo(output_dir, corpus=None, phase1_steps=600, phase2_steps=40, n_processes=2):
+def prepare_demo_data(output_dir, corpus=None, n_processes=2):
+    """Step 1 of the demo: `corpus` (default: the standard library's docstrings, written to
+    `output_dir`) through bertPrep's actions into `output_dir`/data. Returns the vocabulary
+    file and the record folders by sequence length ({64: ..., 128: ...})."""
     from data_prep.bertprep.prep_actions import run as prep
     from data_prep.bertprep.prep_layout import Layout, PrepOptions
-    from data_prep.wordpiece.tokenization import FullTokenizer
-    from finetuning.driver import run as finetune
-    from finetuning.inference import load_saved_model, predict
-    from finetuning.options import ClassifierOptions
-    from finetuning.tasks import ClassifierTask
-    from modeling import named_config
-    from pretraining.baseline import unigram_baseline
-    from pretraining.options import PretrainingOptions
-    from pretraining.runner import run as pretrain
-    from training.hooks import job_start_time
-
-    job_start_time()  # the demo's own: each phase's start-up then counts from its beginning
-    output_dir = os.path.abspath(output_dir)
     work = os.path.join(output_dir, "data")
     os.makedirs(work, exist_ok=True)
-    total = time.time()
-
-    start = _banner(1, "data preparation (bertPrep.py)")
     if corpus is None:
         corpus = os.path.join(output_dir, "stdlib_docstrings.txt")
         count = write_stdlib_corpus(corpus)
         print(f"   corpus: {corpus}: {count} documents (Python standard library docstrings, "
-              f"{os.path.getsize(corpus) / 1e6:.1f} MB)")
+              f"whole sentences, {os.path.getsize(corpus) / 1e6:.1f} MB)")
     base = dict(dataset="custom", working_dir=work, input=(corpus,), n_training_shards=2,
                 n_test_shards=1, fraction_test_set=0.1, n_processes=n_processes, vocab_size=4000,
                 dupe_factor=3, progress=False)
@@ -130,6 +126,28 @@ def run_demo(output_dir, corpus=None, phase1_steps=600, phase2_steps=40, n_proce
         prep(options)
         records[seq] = layout.tfrecord_dir("custom", options)
         print(f"   records (seq {seq}): {records[seq]}")
+    return vocab, records
+
+
+def run_demo(output_dir, corpus=None, phase1_steps=600, phase2_steps=40, n_processes=2):
+    from data_prep.wordpiece.tokenization import FullTokenizer
+    from finetuning.driver import run as finetune
+    from finetuning.inference import load_saved_model, predict
+    from finetuning.options import ClassifierOptions
+    from finetuning.tasks import ClassifierTask
+    from modeling import named_config
+    from pretraining.baseline import unigram_baseline
+    from pretraining.options import PretrainingOptions
+    from pretraining.runner import run as pretrain
+    from training.hooks import job_start_time
+
+    job_start_time()  # the demo's own: each phase's start-up then counts from its beginning
+    output_dir = os.path.abspath(output_dir)
+    os.makedirs(output_dir, exist_ok=True)
+    total = time.time()
+
+    start = _banner(1, "data preparation (bertPrep.py)")
+    vocab, records = prepare_demo_data(output_dir, corpus, n_processes)
     _done(start, "data ready")
 
     config_file = os.path.join(output_dir, "bert_config.json")

@@ -34,8 +34,10 @@ def main(flags):
     from modeling import BertConfig, ConfigError
     from modeling.checkpoints import CheckpointError
     from modeling.feature_extraction import extract_features
+    from training.model_memory import check_model_fits
     try:
         config = BertConfig.from_json_file(flags.bert_config_file)
+        check_model_fits(config, flags.bert_config_file, training=False)
         tokenizer = FullTokenizer(flags.vocab_file, flags.do_lower_case)
         layers = [int(x) for x in flags.layers.split(",")]
         count = extract_features(config, flags.init_checkpoint, tokenizer, flags.input_file,

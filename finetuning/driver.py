@@ -27,6 +27,7 @@ from resilience.run_lock import run_lock
 from runtime.distributed import Workers
 from runtime.speed_defaults import resolve as resolve_speed
 from training.hooks import StepLoggingHook, job_start_time
+from training.model_memory import check_model_fits
 from training.option_ranges import out_of_range
 from training.records import TrainingInput, record_input_fn
 from training.resume import checkpoint_value, exit_status, resume_point, train_resuming
@@ -121,6 +122,7 @@ def run(task, options):
 
 def _run(task, options, workers, started_at):
     config = BertConfig.from_json_file(options.bert_config_file)
+    check_model_fits(config, options.bert_config_file, workers.used_gpus(), options.do_train)
     _validate(task, options, config)
     tokenizer = FullTokenizer(options.vocab_file, options.do_lower_case)
     validate_case_matches_checkpoint(options.do_lower_case, options.init_checkpoint)

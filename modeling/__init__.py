@@ -1,8 +1,29 @@
-"""Google-compatible BERT in TensorFlow graph mode: config, encoder, pre-training heads."""
-from modeling.config import BertConfig, ConfigError, named_config
-from modeling.bert_model import BertModel, PackedRows
-from modeling.core import gather_indexes
-from modeling.pretraining_heads import masked_lm_output, next_sentence_output
+"""Google-compatible BERT in TensorFlow graph mode: config, encoder, pre-training heads.
 
-__all__ = ["BertConfig", "BertModel", "PackedRows", "ConfigError", "named_config", "gather_indexes",
-           "masked_lm_output", "next_sentence_output"]
+The names below are loaded when first used, so that `modeling.config` (the config's fields
+and their ranges, which commands check while parsing their flags: `training.option_ranges`)
+can be read without importing TensorFlow, which a command may import only once its console
+is prepared (`cli.command`).
+"""
+import importlib
+
+_WHERE = {
+    "BertConfig": "modeling.config",
+    "ConfigError": "modeling.config",
+    "named_config": "modeling.config",
+    "BertModel": "modeling.bert_model",
+    "PackedRows": "modeling.bert_model",
+    "gather_indexes": "modeling.core",
+    "masked_lm_output": "modeling.pretraining_heads",
+    "next_sentence_output": "modeling.pretraining_heads",
+}
+
+__all__ = list(_WHERE)
+
+
+def __getattr__(name):
+    if name not in _WHERE:
+        raise AttributeError(f"module 'modeling' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_WHERE[name]), name)
+    globals()[name] = value
+    return value

@@ -44,6 +44,7 @@ from runtime.speed_defaults import resolve as resolve_speed
 from training.eval_results import write_eval_results
 from training.flops import peak_tflops_for_device, training_flops_per_sequence
 from training.hooks import StepLoggingHook, WeightsFingerprintHook, job_start_time
+from training.model_memory import check_model_fits
 from training.option_ranges import out_of_range
 from training.resume import exit_status, resume_point, train_resuming
 from training.run_config import make_run_config
@@ -100,6 +101,7 @@ def run(options):
 
 def _run(options, workers, started_at):
     config = BertConfig.from_json_file(options.bert_config_file)
+    check_model_fits(config, options.bert_config_file, workers.used_gpus(), options.do_train)
     _validate(options, config)
     # Before anything reads the folder's checkpoints, on every rank: the one to resume from.
     resume = resume_point(options.output_dir, workers, getattr(options, "start_over", False))

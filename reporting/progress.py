@@ -1,7 +1,8 @@
 """Progress of long jobs with an ETA, on stderr: one line rewritten in place on a terminal,
 plain lines otherwise, so the log of a batch job stays readable (no carriage returns).
 
-`ProgressLine` shows what a caller computed (training: one line per logged step);
+`ProgressLine` shows what a caller computed (training: one line per logged step), and
+`RunOfRepeats` which lines of a run of repeated events to show (training's "held" lines);
 `bar(...)` counts work done (shards, documents, bytes): tqdm on a terminal, `PlainBar` (a line
 every `PlainBar.INTERVAL` seconds) otherwise.
 """
@@ -48,6 +49,30 @@ class ProgressLine:
             self._stream.write("\n")
             self._stream.flush()
             self._open = False
+
+
+class RunOfRepeats:
+    """Which lines of a run of repeated events to show: the 1st, 2nd, 4th, 8th... and, when
+    the run ends, its last if not shown yet. A float16 run whose loss scale comes down from
+    2**32 skips ~81 steps in a row: 8 "held" lines instead of 81, the count still exact."""
+
+    def __init__(self):
+        self._count, self._shown, self._last = 0, 0, None
+
+    def shows(self, event):
+        """Counts one more `event` of the run; True when its line is to be shown."""
+        self._count += 1
+        self._last = event
+        if self._count & (self._count - 1):  # not a power of two
+            return False
+        self._shown = self._count
+        return True
+
+    def end(self):
+        """Ends the run: its last event when that one's line was not shown, else None."""
+        last = self._last if self._count != self._shown else None
+        self._count, self._shown, self._last = 0, 0, None
+        return last
 
 
 def _amount(value, scale, decimals=0):

@@ -60,6 +60,42 @@ def test_vocab_training_errors_name_the_file(tmp_path):
     assert not (tmp_path / "v.txt").exists()
 
 
+def test_the_demo_corpus_is_whole_sentences_the_segmenter_finds_again(tmp_path):
+    """Each document of the demo's corpus, split by the segmenter sharding uses, gives
+    sentences a short sequence holds whole (its docstrings used to run together into
+    "sentences" of hundreds of tokens, and 28% of the tokens were cut)."""
+    from cli.demo import write_stdlib_corpus
+    from data_prep.bertprep.builtin_corpus import MAX_SENTENCE_CHARS, sentence_document
+    from data_prep.bertprep.sentence_segmentation import get_splitter
+    split = get_splitter("auto")
+    path = tmp_path / "corpus.txt"
+    assert write_stdlib_corpus(str(path), max_documents=80) == 80
+    documents = [block for block in path.read_text(encoding="utf-8").split("\n\n") if block]
+    assert len(documents) == 80
+    for document in documents:
+        sentences = split(document)
+        assert len(sentences) >= 2
+        assert all(len(sentence) <= MAX_SENTENCE_CHARS and sentence[-1] in ".!?\"')]"
+                   for sentence in sentences), [s for s in sentences if len(s) > 160][:3]
+        assert sentence_document(document, split) == document  # nothing more to drop
+    run_on = "Return x " + " ".join(["value"] * 40) + " all of it."  # 250 characters
+    assert sentence_document(f"First one here. {run_on} Last one here.",
+                             split) == "First one here. Last one here."
+
+
+def test_the_demo_s_data_preparation_warns_of_no_truncation(tmp_path, capfd):
+    """The demo's step 1 as the demo runs it (bertPrep's actions, records of 64 and 128):
+    no warning, so the demo teaches no one to ignore one (it warned five times that its own
+    corpus lost 28% of its tokens to truncation)."""
+    from cli.demo import prepare_demo_data
+    vocab, records = prepare_demo_data(str(tmp_path))
+    captured = capfd.readouterr()
+    assert os.path.isfile(vocab) and sorted(records) == [64, 128]
+    output = captured.out + captured.err
+    assert "truncation" not in output and "warning" not in output.lower(), \
+        [line for line in output.splitlines() if "warn" in line.lower()]
+
+
 @pytest.mark.slow
 def test_demo_runs_end_to_end(tmp_path, repo_root):
     """prep -> phase 1 -> phase 2 -> fine-tune -> export -> inference, on the stdlib corpus."""

@@ -414,3 +414,30 @@ def test_skipped_steps_hold_the_progress_line_and_its_eta(monkeypatch):
     # ETA after it takes the 4 s as that step's cost (6 s for 3 steps done: 2 s a step)
     assert hook.records[2]["sequences_per_second"] == 32 / 4.0
     assert shown[5].endswith("ETA 0:00:14")
+
+
+def test_a_long_run_of_held_steps_is_a_few_lines_then_the_recovery(monkeypatch):
+    """A float16 run whose loss scale comes down from 2**32 skips ~81 steps in a row: the
+    console showed 81 "held" lines. Now the 1st, 2nd, 4th, ... 64th and the last (81st)
+    before the step moves on, then the step line as before."""
+    from training import hooks
+    clock = _Clock()
+    monkeypatch.setattr(hooks.time, "time", clock)
+    hook = hooks.StepLoggingHook({}, 1, 8, warmup_logs=0, warmup_steps=0, is_chief=True,
+                                 total_steps=10)
+    shown = []
+    hook.begin()
+    hook._progress = types.SimpleNamespace(show=shown.append, close=lambda: None)
+    windows = [(1, 0)] + [(1, skipped) for skipped in range(1, 82)] + [(2, 81), (3, 81)]
+    for step, skipped in windows:
+        hook.before_run(None)
+        clock.now += 1.0
+        hook.after_run(None, types.SimpleNamespace(results=dict(
+            global_step=step, is_optimizer_step=True, total_loss=1.0, skipped_steps=skipped,
+            loss_scale=2.0 ** (90 - skipped))))
+    held = [text for text in shown if "held" in text]
+    counts = [int(text.split("held: ")[1].split()[0]) for text in held]
+    assert counts == [1, 2, 4, 8, 16, 32, 64, 81], held
+    assert held[-1].startswith("step 1/10  held: 81 steps skipped (loss scale 512)")
+    assert shown.index(held[-1]) == len(shown) - 3  # then the lines of steps 2 and 3
+    assert shown[-2].startswith("step 2/10  loss 1") and shown[-1].startswith("step 3/10")

@@ -73,6 +73,32 @@ def test_logs_of_ten_steps_leave_out_only_the_first_interval(monkeypatch):
     assert summary["warmup_seconds"] == pytest.approx(18.0)
 
 
+def test_the_summary_s_final_step_and_loss_are_the_run_s_last_not_its_last_log_s(monkeypatch):
+    """168 steps logged every 20 (fine-tuning's shape: the summary said final_step 160 and
+    that interval's mean loss), 2 micro-batches a step: the summary names step 168 and the
+    loss of that step (the mean of its micro-batches), whatever the logs did."""
+    from training import hooks
+    clock = _Clock()
+    monkeypatch.setattr(hooks.time, "time", clock)
+    hook = hooks.StepLoggingHook({}, 20, 4, is_chief=False)
+    hook.begin()
+    loss = {}
+    for step in range(1, 169):
+        for micro in (0, 1):
+            loss[step, micro] = 10.0 / step + micro  # every micro-batch its own loss
+            hook.before_run(None)
+            clock.now += 0.5
+            hook.after_run(None, types.SimpleNamespace(results=dict(
+                global_step=step if micro else step - 1, is_optimizer_step=bool(micro),
+                total_loss=loss[step, micro], masked_lm_loss=2 * loss[step, micro])))
+    assert [record["step"] for record in hook.records][-1] == 160
+    summary = hook.summary()
+    assert summary["final_step"] == 168
+    expected = (loss[168, 0] + loss[168, 1]) / 2
+    assert summary["total_loss"] == pytest.approx(expected)
+    assert summary["masked_lm_loss"] == pytest.approx(2 * expected)
+
+
 @pytest.mark.slow
 def test_a_real_run_times_its_checkpoint_writes(tmp_path):
     """run_pretraining with a checkpoint every 2 steps: the listeners around the Estimator's

@@ -12,7 +12,7 @@ import tensorflow as tf
 from absl import logging
 
 from reporting.console import SHOW
-from reporting.progress import ProgressLine, format_duration
+from reporting.progress import ProgressLine, RunOfRepeats, format_duration
 from resilience.window_boundaries import WindowFollower
 
 tf1 = tf.compat.v1
@@ -177,6 +177,11 @@ class StepLoggingHook(tf1.train.SessionRunHook):
         self._last_step = None
         self._start = time.time()
         self._last_values = {}
+        # the run's last optimizer step and its losses (averaged over its micro-batches), for
+        # the summary: the last logged interval ends up to every_n_steps - 1 steps earlier
+        self._final_step, self._final_losses = None, {}
+        self._step_losses, self._step_micro_batches = {}, 0
+        self._held = RunOfRepeats()  # held lines: 81 skips in a row print 8, not 81
         self._progress = ProgressLine() if self._is_chief and self._total_steps else None
         if self._dllog_path and self._is_chief:
             os.makedirs(os.path.dirname(os.path.abspath(self._dllog_path)), exist_ok=True)
@@ -202,14 +207,31 @@ class StepLoggingHook(tf1.train.SessionRunHook):
         self._count += 1
         self._last_values = values
         step = int(values["global_step"])
+        self._note_final_step(values, step)
         if self._last_step is None:  # the step this run started from
             self._last_step = step - 1 if values["is_optimizer_step"] else step
             self._first_step = self._last_step
+        if values["is_optimizer_step"] and step > self._last_step and self._progress:
+            recovered = self._held.end()  # the last held line, if not shown yet
+            if recovered:
+                self._progress.show(self._held_text(*recovered))
         if values["is_optimizer_step"] and step % self._every == 0:
             if step > self._last_step:
                 self._emit(values, step)
-            elif self._progress:  # a skipped (non-finite) step: global_step held
+            elif self._progress and self._held.shows((values, step)):  # skipped: step held
                 self._progress.show(self._held_text(values, step))
+
+    def _note_final_step(self, values, step):
+        """Keeps the losses of the latest optimizer step (the mean over its micro-batches)."""
+        for key, value in values.items():
+            if key.endswith("loss") and key not in _REPORTED_AS_IS:
+                self._step_losses[key] = self._step_losses.get(key, 0.0) + float(value)
+        self._step_micro_batches += 1
+        if values["is_optimizer_step"]:
+            self._final_step = step
+            self._final_losses = {key: total / self._step_micro_batches
+                                  for key, total in self._step_losses.items()}
+            self._step_losses, self._step_micro_batches = {}, 0
 
     def _emit(self, values, step):
         now = time.time()
@@ -300,7 +322,8 @@ class StepLoggingHook(tf1.train.SessionRunHook):
         (`average_sequences_per_second_with_overhead`, first step to last, as NVIDIA's
         "with overhead"), the one-time costs apart (`startup_seconds`, `warmup_seconds`,
         `checkpoint_seconds` for `checkpoints_written` writes), time, final loss and peak
-        memory (`peak_memory`)."""
+        memory (`peak_memory`). `final_step` and the losses are those of the run's last optimizer
+        step (mean over its micro-batches), whether or not a log ended there."""
         result = {"total_seconds": time.time() - self._start}
         if self._measured_seconds > 0:
             measured = self.records[-1]  # which rates this run reports
@@ -317,10 +340,9 @@ class StepLoggingHook(tf1.train.SessionRunHook):
             result["startup_seconds"] = max(self._first_run_time - self._started_at, 0.0)
             result.update(self._overhead)
             result["checkpoints_written"] = self._checkpoints
-        if self.records:
-            last = self.records[-1]
-            result.update({k: v for k, v in last.items() if k.endswith("loss")})
-            result["final_step"] = last["step"]
+        if self._final_step is not None:  # the run's last step, not its last log's
+            result.update(self._final_losses)
+            result["final_step"] = self._final_step
         result["peak_memory_bytes"], result["peak_memory_of"] = peak_memory()
         return result
 

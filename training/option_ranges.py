@@ -18,6 +18,8 @@ import dataclasses
 import math
 from typing import Optional, Tuple
 
+from modeling.config import MAX_POSITION_EMBEDDINGS, SIZE_LIMITS
+
 
 @dataclasses.dataclass(frozen=True)
 class Range:
@@ -69,7 +71,9 @@ SEED = Range(low=0, high=2**32 - 1)  # numpy's and TensorFlow's seeds
 
 RANGES = {
     # sizes of sequences and batches
-    "max_seq_length": Range(low=5),  # [CLS] A [SEP] B [SEP] and one token each
+    # [CLS] A [SEP] B [SEP] and one token each; at most the largest position table a config
+    # may hold (modeling.config): longer records fit no model, and cost gigabytes of padding
+    "max_seq_length": Range(low=5, high=MAX_POSITION_EMBEDDINGS),
     "max_predictions_per_seq": AT_LEAST_1,
     "max_query_length": AT_LEAST_1,
     "max_answer_length": AT_LEAST_1,
@@ -116,7 +120,8 @@ RANGES = {
     "n_training_shards": AT_LEAST_1,
     "n_test_shards": NON_NEGATIVE,
     "fraction_test_set": Range(low=0, high=1, high_open=True),
-    "vocab_size": Range(low=10),  # room for the special tokens and a few pieces
+    # room for the special tokens and a few pieces; no config can hold more (int32 ids)
+    "vocab_size": Range(low=10, high=SIZE_LIMITS["vocab_size"][1]),
     # serving
     "triton_model_version": AT_LEAST_1,
     "triton_max_batch_size": AT_LEAST_1,
