@@ -123,9 +123,11 @@ def undecodable_flag(flag_values):
                 continue
             try:
                 value.encode("utf-8")
-            except UnicodeEncodeError:
-                return (f"flag --{name}: {os.fsencode(value)!r} is not UTF-8 (TensorFlow's "
-                        "files and the log take UTF-8 names and text only): rename it")
+            except UnicodeEncodeError as err:
+                byte = os.fsencode(value[err.start])[0]
+                return (f"flag --{name}: {os.fsencode(value)!r} is not UTF-8 (byte 0x{byte:02x} "
+                        f"at character {err.start + 1}): TensorFlow's files and the log take "
+                        "UTF-8 names and text only")
     return None
 
 

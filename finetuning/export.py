@@ -186,7 +186,7 @@ def check_checkpoint_serves(checkpoint_path, task, needed, untuned_remedy, non_f
                               f"{task.name} model needs: {shown}")
     non_finite = non_finite_variable(checkpoint_path, names=needed)
     if non_finite is not None:
-        raise CheckpointError(f"{checkpoint_path}: variable {non_finite} holds NaN or infinity "
+        raise CheckpointError(f"{checkpoint_path}: variable {non_finite} holds a NaN or an infinity "
                               f"(a diverged run's weights?); {non_finite_remedy}")
 
 

@@ -17,6 +17,7 @@ from finetuning.export import (SEQUENCE_INPUTS, check_checkpoint_serves, non_fin
 from finetuning.model_fn import make_model_fn
 from finetuning.tasks import ClassifierTask, SquadTask
 from modeling.checkpoints import CheckpointError, check_not_damaged, resolve_checkpoint
+from training.model_memory import check_model_fits
 from training.settings import TrainingSettings
 
 tf1 = tf.compat.v1
@@ -45,7 +46,7 @@ class SavedModelRunner:
             check_not_damaged(variables)
             non_finite = non_finite_variable(variables)
             if non_finite is not None:
-                raise CheckpointError(f"{path}: variable {non_finite} holds NaN or infinity (the "
+                raise CheckpointError(f"{path}: variable {non_finite} holds a NaN or an infinity (the "
                                       "export of a diverged run's weights?): it answers NaN; "
                                       "export a good checkpoint")
         try:
@@ -296,4 +297,5 @@ def load_checkpoint_model(init_checkpoint, bert_config_file, task_name, max_seq_
                 "null_score_diff_threshold": 0.0}
     task = task_from_metadata(metadata)
     config = BertConfig.from_json_file(bert_config_file)
+    check_model_fits(config, bert_config_file, training=False)  # before any weight is built
     return task, CheckpointRunner(task, config, init_checkpoint, max_seq_length)

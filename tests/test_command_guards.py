@@ -77,6 +77,6 @@ def test_a_flag_value_that_is_not_utf8_is_one_line_naming_the_flag_before_anythi
     stderr = result.stderr.decode("utf-8", "replace")
     assert result.returncode == 1, stderr[-3000:]
     assert stderr.strip().splitlines() == [
-        f"error: flag --{flag}: b'out\\xff' is not UTF-8 (TensorFlow's files and the log take "
-        "UTF-8 names and text only): rename it"], stderr[-3000:]
+        f"error: flag --{flag}: b'out\\xff' is not UTF-8 (byte 0xff at character 4): "
+        "TensorFlow's files and the log take UTF-8 names and text only"], stderr[-3000:]
     assert os.listdir(tmp_path) == []  # no folder, no log file

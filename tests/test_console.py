@@ -233,7 +233,7 @@ COMMANDS = {  # console script -> a group heading its --help must have
     "bert-pretrain": "Precision & speed:", "bert-glue": "Distributed:",
     "bert-squad": "Input:", "bert-inference": "Model from a checkpoint:",
     "bert-extract-features": "Output:", "bert-convert-checkpoint": "Input:",
-    "bert-demo": "Training:"}
+    "bert-demo": "Training:", "bert-preflight": "Precision & speed:"}
 
 
 @pytest.fixture(scope="module")

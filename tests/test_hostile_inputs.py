@@ -135,11 +135,11 @@ def export(models, checkpoint, export_dir):
 def test_a_nan_weight_is_neither_exported_nor_answered_with(models, tmp_path):
     export_dir = tmp_path / "export"
     proc = export(models, models["sst2_nan"], export_dir)
-    assert_clean_error(proc, models["sst2_nan"], QUERY_LAYER, "NaN or infinity")
+    assert_clean_error(proc, models["sst2_nan"], QUERY_LAYER, "a NaN or an infinity")
     assert not export_dir.exists()  # nothing written, not even an empty folder
 
     proc = ask(*classifier_flags(models, models["sst2_nan"]), "--text=a gripping film")
-    assert_clean_error(proc, models["sst2_nan"], QUERY_LAYER, "NaN or infinity")
+    assert_clean_error(proc, models["sst2_nan"], QUERY_LAYER, "a NaN or an infinity")
     assert proc.stdout == ""
 
 
@@ -151,7 +151,7 @@ def test_a_saved_model_holding_a_nan_is_refused(models, tmp_path):
     variables = os.path.join(saved_model, "variables", "variables")
     altered_copy(variables, variables, {QUERY_LAYER: with_nan})
     proc = ask(f"--saved_model={saved_model}", "--text=a gripping film")
-    assert_clean_error(proc, saved_model, QUERY_LAYER, "NaN or infinity")
+    assert_clean_error(proc, saved_model, QUERY_LAYER, "a NaN or an infinity")
     assert proc.stdout == ""
 
 
@@ -191,7 +191,7 @@ def test_a_byte_that_is_not_utf8_in_a_query_flag_names_the_flag(models, flag):
     else:
         args = [*classifier_flags(models, models["sst2"]), f"--text={NOT_UTF8}"]
     proc = ask(*args)
-    assert_clean_error(proc, f"{flag} is not UTF-8 text (byte 0xff at character 3)")
+    assert_clean_error(proc, f"flag {flag}: ", "is not UTF-8 (byte 0xff at character 3)")
     assert proc.stdout == ""
 
 
