@@ -5,7 +5,8 @@ takes the default of NVIDIA's script of the same name), which the parsed flags b
 (`cli.flag_options.options_from_flags`)."""
 from absl import flags
 
-from cli.flag_groups import DISTRIBUTED, INPUT, MODEL, OUTPUT, PRECISION, TRAINING, binders
+from cli.flag_groups import (DISTRIBUTED, INPUT, MODEL, OUTPUT, PRECISION, START_OVER_HELP,
+                              TRAINING, binders)
 from cli.nvidia_flags import CLASSIFIER, SQUAD, define_ignored
 from finetuning.options import ClassifierOptions, SquadOptions
 
@@ -45,13 +46,7 @@ def define_common_flags(flag_values=flags.FLAGS, options=ClassifierOptions):
     out.DEFINE_integer("save_checkpoints_steps", options.save_checkpoints_steps,
                        "Checkpoint every N steps.")
     out.DEFINE_integer("keep_checkpoint_max", options.keep_checkpoint_max, "Checkpoints to keep.")
-    out.DEFINE_bool("start_over", options.start_over,
-                    "Start at step 0 in an --output_dir that holds checkpoints: they, "
-                    "its 'checkpoint' file, data_order.json and input_state/ are moved into "
-                    "<output_dir>/set_aside-<time>/ (nothing is deleted). Without it a run "
-                    "resumes from its latest checkpoint (when that one is lost, damaged or "
-                    "holds a NaN, from the newest usable one) and refuses to start at step 0 "
-                    "over checkpoints none of which is usable.")
+    out.DEFINE_bool("start_over", options.start_over, START_OVER_HELP)
     train.DEFINE_integer("num_accumulation_steps", options.num_accumulation_steps,
                          "Micro-batches per optimizer step.")
     train.DEFINE_enum("optimizer_type", options.optimizer_type, ["adam", "adamw", "lamb"],

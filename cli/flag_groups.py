@@ -17,6 +17,14 @@ OUTPUT = "Output"
 # Groups in this order first; others (a command's own) after them, as first defined.
 ORDER = (INPUT, MODEL, TRAINING, PRECISION, DISTRIBUTED, OUTPUT)
 
+# --start_over, the same for every training command (NVIDIA has no such flag)
+START_OVER_HELP = (
+    "Start at step 0 in an --output_dir that holds checkpoints: they, its 'checkpoint' file, "
+    "data_order.json and input_state/ are moved into <output_dir>/set_aside-<time>/ (nothing "
+    "is deleted). Without it a run resumes from its latest checkpoint (when that one is lost, "
+    "damaged or holds a NaN, from the newest usable one) and refuses to start at step 0 over "
+    "checkpoints none of which is usable.")
+
 CONSOLE_HELP = """\
 Console:
   -v, --verbosity=INT

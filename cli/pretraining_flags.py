@@ -4,7 +4,8 @@ names), in the help groups `--help` lists them by. Their defaults are the job's 
 (`cli.flag_options.options_from_flags`)."""
 from absl import flags
 
-from cli.flag_groups import DISTRIBUTED, INPUT, MODEL, OUTPUT, PRECISION, TRAINING, binders
+from cli.flag_groups import (DISTRIBUTED, INPUT, MODEL, OUTPUT, PRECISION, START_OVER_HELP,
+                              TRAINING, binders)
 from cli.nvidia_flags import PRETRAINING, define_ignored
 from pretraining.options import PretrainingOptions as OPTIONS
 
@@ -60,13 +61,7 @@ def define_flags(flag_values=flags.FLAGS):
     out.DEFINE_integer("save_checkpoints_steps", OPTIONS.save_checkpoints_steps,
                        "Checkpoint every N optimizer steps.")
     out.DEFINE_integer("keep_checkpoint_max", OPTIONS.keep_checkpoint_max, "Checkpoints to keep.")
-    out.DEFINE_bool("start_over", OPTIONS.start_over,
-                    "Start at step 0 in an --output_dir that holds checkpoints: they, "
-                    "its 'checkpoint' file, data_order.json and input_state/ are moved into "
-                    "<output_dir>/set_aside-<time>/ (nothing is deleted). Without it a run "
-                    "resumes from its latest checkpoint (when that one is lost, damaged or "
-                    "holds a NaN, from the newest usable one) and refuses to start at step 0 "
-                    "over checkpoints none of which is usable.")
+    out.DEFINE_bool("start_over", OPTIONS.start_over, START_OVER_HELP)
     out.DEFINE_integer("display_loss_steps", OPTIONS.display_loss_steps,
                        "Log the step and show progress (loss, "
                        "sequences/s, ETA) every N optimizer steps.")

@@ -387,10 +387,8 @@ def test_two_horovod_ranks_train_packed_records_with_amp_xla_and_accumulation(wr
     assert all(np.all(np.isfinite(v)) for v in state.values() if v.dtype.kind == "f")
 
 
-def test_skipped_steps_hold_the_progress_line_and_its_eta(monkeypatch):
-    """A float16 step skipped (global_step held) is not a step done: no new record, and the
-    console line says the step is held with an ETA that does not count down (it used to
-    repeat `step N/total` with an ETA falling every window)."""
+def _logging_hook_on_a_fake_clock(monkeypatch):
+    """(StepLoggingHook of a 10-step run, its clock, the console lines it shows)."""
     from training import hooks
     clock = _Clock()
     monkeypatch.setattr(hooks.time, "time", clock)
@@ -399,6 +397,14 @@ def test_skipped_steps_hold_the_progress_line_and_its_eta(monkeypatch):
     shown = []
     hook.begin()
     hook._progress = types.SimpleNamespace(show=shown.append, close=lambda: None)
+    return hook, clock, shown
+
+
+def test_skipped_steps_hold_the_progress_line_and_its_eta(monkeypatch):
+    """A float16 step skipped (global_step held) is not a step done: no new record, and the
+    console line says the step is held with an ETA that does not count down (it used to
+    repeat `step N/total` with an ETA falling every window)."""
+    hook, clock, shown = _logging_hook_on_a_fake_clock(monkeypatch)
     for step, skipped in ((1, 0), (2, 0), (2, 1), (2, 2), (2, 3), (3, 3)):
         hook.before_run(None)
         clock.now += 1.0
@@ -420,14 +426,7 @@ def test_a_long_run_of_held_steps_is_a_few_lines_then_the_recovery(monkeypatch):
     """A float16 run whose loss scale comes down from 2**32 skips ~81 steps in a row: the
     console showed 81 "held" lines. Now the 1st, 2nd, 4th, ... 64th and the last (81st)
     before the step moves on, then the step line as before."""
-    from training import hooks
-    clock = _Clock()
-    monkeypatch.setattr(hooks.time, "time", clock)
-    hook = hooks.StepLoggingHook({}, 1, 8, warmup_logs=0, warmup_steps=0, is_chief=True,
-                                 total_steps=10)
-    shown = []
-    hook.begin()
-    hook._progress = types.SimpleNamespace(show=shown.append, close=lambda: None)
+    hook, clock, shown = _logging_hook_on_a_fake_clock(monkeypatch)
     windows = [(1, 0)] + [(1, skipped) for skipped in range(1, 82)] + [(2, 81), (3, 81)]
     for step, skipped in windows:
         hook.before_run(None)
