@@ -184,21 +184,10 @@ def check_checkpoint_serves(checkpoint_path, task, needed, untuned_remedy, non_f
         shown = ", ".join(missing[:5]) + (", ..." if len(missing) > 5 else "")
         raise CheckpointError(f"{checkpoint_path}: lacks {len(missing)} variable(s) the "
                               f"{task.name} model needs: {shown}")
-    non_finite = non_finite_variable(checkpoint_path, names=needed)
+    non_finite = first_non_finite_variable(checkpoint_path, names=needed)
     if non_finite is not None:
         raise CheckpointError(f"{checkpoint_path}: variable {non_finite} holds a NaN or an infinity "
                               f"(a diverged run's weights?); {non_finite_remedy}")
-
-
-def non_finite_variable(checkpoint_path, names=None):
-    """`modeling.checkpoints.first_non_finite_variable`, with data that cannot be read (a
-    checksum mismatch: bytes changed on disk) said in one line naming the checkpoint
-    (`CheckpointError`) instead of a DataLossError traceback."""
-    try:
-        return first_non_finite_variable(checkpoint_path, names)
-    except tf.errors.OpError as err:
-        raise CheckpointError(f"{checkpoint_path}: damaged checkpoint: "
-                              f"{op_error_summary(err)}") from None
 
 
 def read_export_metadata(saved_model_dir):

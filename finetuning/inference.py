@@ -12,11 +12,11 @@ import tensorflow as tf
 from google.protobuf.message import DecodeError
 
 from finetuning import glue_data, squad_data, squad_postprocess
-from finetuning.export import (SEQUENCE_INPUTS, check_checkpoint_serves, non_finite_variable,
-                              read_export_metadata)
+from finetuning.export import SEQUENCE_INPUTS, check_checkpoint_serves, read_export_metadata
 from finetuning.model_fn import make_model_fn
 from finetuning.tasks import ClassifierTask, SquadTask
-from modeling.checkpoints import CheckpointError, check_not_damaged, resolve_checkpoint
+from modeling.checkpoints import (CheckpointError, check_not_damaged, first_non_finite_variable,
+                                  resolve_checkpoint)
 from training.model_memory import check_model_fits
 from training.settings import TrainingSettings
 
@@ -44,7 +44,7 @@ class SavedModelRunner:
         variables = os.path.join(path, "variables", "variables")
         if tf.io.gfile.exists(variables + ".index"):
             check_not_damaged(variables)
-            non_finite = non_finite_variable(variables)
+            non_finite = first_non_finite_variable(variables)
             if non_finite is not None:
                 raise CheckpointError(f"{path}: variable {non_finite} holds a NaN or an infinity (the "
                                       "export of a diverged run's weights?): it answers NaN; "

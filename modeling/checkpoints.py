@@ -106,15 +106,22 @@ def first_non_finite_variable(path, names=None):
     NaN moment fails as surely as one from a NaN weight).
 
     Reads one variable at a time (BERT-large's largest is 125 MB), so its memory stays
-    that of the largest variable; ~1 s per GB on one core."""
+    that of the largest variable; ~1 s per GB on one core. Data that cannot be read (a
+    checksum mismatch: bytes changed on disk) is a `CheckpointError` naming `path`, in one
+    line, not a DataLossError traceback."""
     prefix = resolve_checkpoint(path)
-    reader = tf1.train.load_checkpoint(prefix)
-    dtypes = reader.get_variable_to_dtype_map()
-    for name in sorted(dtypes if names is None else names):
-        if name in dtypes and dtypes[name].is_floating:
-            value = reader.get_tensor(name)
-            if not np.isfinite(value).all():
-                return name
+    try:
+        reader = tf1.train.load_checkpoint(prefix)
+        dtypes = reader.get_variable_to_dtype_map()
+        for name in sorted(dtypes if names is None else names):
+            if name in dtypes and dtypes[name].is_floating:
+                value = reader.get_tensor(name)
+                if not np.isfinite(value).all():
+                    return name
+    except tf.errors.OpError as err:
+        cause = next((line.strip() for line in (err.message or "").splitlines()
+                      if line.strip()), type(err).__name__)
+        raise CheckpointError(f"{path}: damaged checkpoint: {cause}") from None
     return None
 
 

@@ -193,6 +193,7 @@ def test_tolerant_reading_counts_every_bad_record_exactly(damaged):
     assert int(kept[-1][record_guard.BAD_RECORDS]) == 1 + 6 + 2
 
 
+@pytest.mark.slow  # a minute or more: its file starts early (conftest.py)
 def test_skip_bad_records_trains_counts_and_stops_over_the_bound(data, damaged, tmp_path,
                                                                  capsys, caplog):  # noqa: F811
     flags = dict(input_files_dir=str(damaged), skip_bad_records=True, num_train_steps=5,
@@ -245,6 +246,7 @@ def test_bad_record_sum_over_ranks_is_fetched_once_per_window(data, damaged, tmp
     assert results["train"]["bad_records_skipped"] >= 1
 
 
+@pytest.mark.slow  # a minute or more: its file starts early (conftest.py)
 def test_full_disk_fails_in_one_line_leaves_nothing_half_written_and_resumes(
         data, small_disk, capsys):  # noqa: F811
     disk = small_disk("disk", "24m")

@@ -95,6 +95,7 @@ def test_check_devices_refuses_or_warns_only_where_a_gpu_is_expected(caplog):
     assert "--allow_cpu: this run computes on the CPU" in caplog.text
 
 
+@pytest.mark.slow  # a minute or more: its file starts early (conftest.py)
 def test_training_commands_on_a_gpu_node_without_gpu_stop_in_one_line(gpu_node, data,  # noqa
                                                                        tmp_path):
     pretrain = run(gpu_node(tmp_path / "ns1", command_line(data, tmp_path / "out")))
@@ -119,6 +120,7 @@ def plan_of(stderr):
     return json.loads(line[len("plan: "):])
 
 
+@pytest.mark.slow  # a minute or more: its file starts early (conftest.py)
 def test_allow_cpu_trains_on_the_cpu_and_the_plan_says_so(gpu_node, data, tmp_path):  # noqa
     args = command_line(data, tmp_path / "out") + ["--allow_cpu", "--num_train_steps=1"]
     result = run(gpu_node(tmp_path / "ns", args))

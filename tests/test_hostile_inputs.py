@@ -132,6 +132,7 @@ def export(models, checkpoint, export_dir):
 
 # ------------------------------------------------------------------ non-finite weights
 
+@pytest.mark.slow  # a minute or more: its file starts early (conftest.py)
 def test_a_nan_weight_is_neither_exported_nor_answered_with(models, tmp_path):
     export_dir = tmp_path / "export"
     proc = export(models, models["sst2_nan"], export_dir)
@@ -314,6 +315,7 @@ def test_v1_data_with_the_v2_flag_is_refused_for_training_and_warned_for_predict
     assert "--version_2_with_negative" in lines[0]
 
 
+@pytest.mark.slow  # a minute or more: its file starts early (conftest.py)
 def test_run_squad_on_the_other_version_stops_in_one_line_before_training(models, squad_files,
                                                                           tmp_path):
     files, first, unanswerable = squad_files

@@ -142,6 +142,7 @@ def test_weights_and_gradients_cross_devices_once_per_accumulation_window(accumu
                     <= weight_bytes + slice_bytes + SCALARS), (moved, weight_bytes)
 
 
+@pytest.mark.slow  # a minute or more: its file starts early (conftest.py)
 def test_a_checkpoint_taken_mid_window_holds_each_towers_sums_and_resumes_exactly(tmp_path):
     """Accumulation 2: a checkpoint after micro-batch 3 of 6 (one window applied, one half
     full) holds tower 1's partial sums under gradient_accumulation/tower_1/ (training state,
