@@ -97,11 +97,23 @@ def small_disk(tmp_path):
 _LONG_MARKERS = ("slow", "horovod", "faults")
 
 
+RUN_LONG_TESTS = os.environ.get("BERT_TEST_LONG") == "1"
+
+
 def pytest_collection_modifyitems(session, config, items):
     """Files holding long tests first, each file's tests in their order. Under pytest-xdist's
     --dist loadfile (scripts/test.sh) workers take whole files in this order, so the long
     files start early and the short ones fill the end, instead of a long file starting last
-    while the other workers sit idle."""
+    while the other workers sit idle.
+
+    Tests marked `long` (learning curves, and scenarios a shorter test already covers) run
+    only with BERT_TEST_LONG=1: together they would add about ten minutes to CI's run."""
+    if not RUN_LONG_TESTS:
+        skip_long = pytest.mark.skip(reason="long demonstration, opt-in: BERT_TEST_LONG=1 "
+                                            "bash scripts/test.sh -m long")
+        for item in items:
+            if item.get_closest_marker("long"):
+                item.add_marker(skip_long)
     long_files = {item.path for item in items
                   if any(item.get_closest_marker(name) for name in _LONG_MARKERS)}
     items.sort(key=lambda item: item.path not in long_files)  # stable: order kept within

@@ -342,6 +342,7 @@ def test_bertprep_writes_dynamic_records_into_their_own_folder(corpus, minilm_vo
     assert check_records_match(files, SEQ, PRED, len(corpus["vocab"])).kind == "dynamic"
 
 
+@pytest.mark.long
 @pytest.mark.horovod
 def test_two_horovod_ranks_draw_their_own_masks_repeatably(tmp_path, repo_root):
     """Two ranks over Gloo read identical files (a record and its copy, same shuffle), with

@@ -369,6 +369,7 @@ def test_an_output_dir_that_is_a_file_or_unwritable_is_one_line(tiny_model, tmp_
     assert last.startswith(f"error: {a_file / 'sub'}: cannot create the output folder")
 
 
+@pytest.mark.long
 @pytest.mark.oracle
 @pytest.mark.slow
 def test_minilm_sst2_held_out_accuracy_curve(shared_data, minilm_checkpoint, tmp_path,
@@ -399,6 +400,7 @@ def test_minilm_sst2_held_out_accuracy_curve(shared_data, minilm_checkpoint, tmp
     assert max(curve) > 0.6
 
 
+@pytest.mark.long
 @pytest.mark.oracle
 @pytest.mark.slow
 def test_minilm_squad_beats_no_learning_baseline(shared_data, minilm_checkpoint, tmp_path,

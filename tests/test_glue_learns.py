@@ -163,6 +163,7 @@ def sst2_split(shared_data, tmp_path_factory):
     return data, split_sst2(shared_data, str(data), train=400, evaluate=200)
 
 
+@pytest.mark.long
 @pytest.mark.oracle
 @pytest.mark.slow
 def test_googles_recipe_flags_learn_with_no_optimizer_flag(minilm_checkpoint, sst2_split,

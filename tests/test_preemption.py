@@ -168,6 +168,7 @@ def assert_stopped_together_at_a_boundary(code, output, folder, ranks=2):
     return int(agreed["0"])
 
 
+@pytest.mark.long
 def test_sigterm_to_the_launcher_mid_window_stops_both_ranks_and_resumes_exactly(
         horovod, data, tmp_path, repo_root):
     reference = tmp_path / "reference"

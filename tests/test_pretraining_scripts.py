@@ -70,6 +70,7 @@ def _books_to_documents(shared_data, train_file, test_file):
     test_file.write_text("\n\n".join(documents[cut:]) + "\n", encoding="utf-8")
 
 
+@pytest.mark.long
 @pytest.mark.slow
 def test_tiny_bert_on_the_books_lowers_mlm_loss_by_a_third(shared_data, minilm_vocab, tmp_path,
                                                           repo_root):
