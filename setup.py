@@ -31,6 +31,8 @@ setup(
         "wikiextractor==3.1.0",
         "google-crc32c>=1.5",
         "blingfire==0.1.8",
+        # bertPrep.py across machines (--dask_scheduler, --hosts): data_prep.processes.cluster.
+        "dask[distributed]>=2024.8,<2027",
     ],
     extras_require={
         "cpu": [f"tensorflow-cpu=={TF_VERSION}"],

@@ -76,7 +76,18 @@ def define_flags(flag_values):
     f.DEFINE_integer("max_sequences_per_row", 3, "With --pack: instances per row at most.")
     bind(flag_values, PRECISION).DEFINE_integer(
         "n_processes", os.cpu_count() or 1,
-        "Worker processes (wikiextractor, sharding, create_tfrecord_files).")
+        "Worker processes (wikiextractor, sharding, create_tfrecord_files); with --hosts, "
+        "the Dask workers of each host given without ':workers'.")
+    f = bind(flag_values, "Across machines (docs/data_preparation.md)")
+    f.DEFINE_string("dask_scheduler", None,
+                    "sharding and create_tfrecord_files run on the workers of this running "
+                    "Dask cluster: its address (tcp://node1:8786) or its scheduler file "
+                    "(dask scheduler --scheduler-file F; scripts/prep.sub starts one under "
+                    "Slurm). Same bytes as one machine.")
+    f.DEFINE_list("hosts", [],
+                  "host:workers,... (as horovodrun -H): start Dask workers on these hosts over "
+                  "ssh for sharding and create_tfrecord_files, and stop them at the end. Every "
+                  "host must see --working_dir at the same path.")
 
 
 def _truth(flag: str, value: str) -> bool:
@@ -105,6 +116,7 @@ def main(flags):
         n_training_shards=flags.n_training_shards, n_test_shards=flags.n_test_shards,
         fraction_test_set=flags.fraction_test_set, sentence_splitter=flags.sentence_splitter,
         sharding_seed=flags.sharding_seed, n_processes=flags.n_processes,
+        dask_scheduler=flags.dask_scheduler or "", hosts=tuple(flags.hosts),
         vocab_file=flags.vocab_file, vocab_size=flags.vocab_size,
         do_lower_case=_truth("do_lower_case", flags.do_lower_case),
         max_seq_length=flags.max_seq_length,

@@ -113,4 +113,6 @@ def test_a_failing_run_leaves_no_shards(tmp_path):
         shard([str(corpus)], out, n_training_shards=3, n_test_shards=1, n_processes=2)
     assert str(err.value) == (f"{corpus}: invalid UTF-8 at byte offset {len(good) * 30 + 4} "
                               f"(byte 0xff)")
-    assert os.listdir(out) == []
+    # No shard under a final name; the shards written are kept, hidden, for a rerun.
+    assert [name for name in os.listdir(out) if not name.startswith(".")] == []
+    assert sharding.unfinished(str(out))

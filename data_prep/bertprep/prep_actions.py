@@ -36,7 +36,6 @@ from typing import Callable, List, Optional, Tuple
 from data_prep.bertprep.prep_layout import SPLITS, Layout, PrepOptions, resolve_working_dir
 from data_prep.errors import DataPrepError
 from data_prep.processes.temporaries import remove_stale_temporaries
-from data_prep.processes.worker_lifetime import die_with_parent, pool_context
 from reporting.progress import eta
 
 ACTIONS = ("download", "text_formatting", "sharding", "create_tfrecord_files", "create_vocab")
@@ -216,6 +215,16 @@ def _formatted_inputs(o: PrepOptions, layout: Layout) -> List[str]:
     return files
 
 
+# --------------------------------------------------------------------------- where jobs run
+
+def cluster_options(o: PrepOptions):
+    """Where the stages' jobs run: --n_processes here, or a Dask cluster (--dask_scheduler,
+    --hosts): ``data_prep.processes.cluster``."""
+    from data_prep.processes.cluster import ClusterOptions
+    return ClusterOptions(n_processes=o.n_processes, dask_scheduler=o.dask_scheduler or "",
+                          hosts=tuple(o.hosts))
+
+
 # --------------------------------------------------------------------------- sharding
 
 def action_sharding(o: PrepOptions, layout: Layout) -> int:
@@ -229,7 +238,7 @@ def action_sharding(o: PrepOptions, layout: Layout) -> int:
     remove_stale_temporaries(out_dir)
     inputs = _given_inputs(o) if o.input else _formatted_inputs(o, layout)
     stats = sharding.shard_corpus(inputs, out_dir, o.dataset, options,
-                                  progress=o.progress, log=_say)
+                                  progress=o.progress, log=_say, cluster=cluster_options(o))
     if stats.shard_bytes:
         _say(f"sharding: shard sizes {min(stats.shard_bytes)}..{max(stats.shard_bytes)} bytes, "
              f"{sum(stats.shard_sentences)} sentences, "
@@ -318,7 +327,11 @@ def action_create_tfrecord_files(o: PrepOptions, layout: Layout) -> int:
                                                               derive_shard_seed)
     from data_prep.instances.vocab_info import load_tokenizer
     _require_corpus(o)
+    from data_prep.bertprep.sharding import unfinished
     shard_dir = layout.sharded_dir(o.dataset, o)
+    if unfinished(shard_dir):
+        raise DataPrepError(shard_dir, "its sharding did not finish (rerun --action sharding "
+                                       "with the same flags: it writes only what is missing)")
     shards = list_shards(shard_dir)
     if not shards:
         raise DataPrepError(shard_dir, "no shards (run --action sharding with the same "
@@ -355,29 +368,27 @@ def action_create_tfrecord_files(o: PrepOptions, layout: Layout) -> int:
     failures = []
     finished = []
     t0 = time.perf_counter()
-
-    def report(result):
-        ok, output, message = result
-        finished.append(output)
-        progress = (f"[{len(finished)}/{len(jobs)} shards, "
-                    f"ETA {eta(len(finished), len(jobs), time.perf_counter() - t0)}]")
-        if ok:
-            _say(f"create_tfrecord_files: wrote {os.path.basename(output)}: {message} {progress}")
-        else:
-            failures.append(message)
-            _say(f"create_tfrecord_files: FAILED {os.path.basename(output)}: {message} "
-                 f"{progress}")
-
-    if o.n_processes <= 1 or len(jobs) <= 1:
-        for job in jobs:
-            report(tfrecord_job(*job))
-    elif jobs:
-        from concurrent.futures import ProcessPoolExecutor
-        with ProcessPoolExecutor(max_workers=min(o.n_processes, len(jobs)),
-                                 mp_context=pool_context(), initializer=die_with_parent,
-                                 initargs=(os.getpid(), _pool_init)) as pool:
-            for result in pool.map(tfrecord_job, *zip(*jobs)):
-                report(result)
+    from data_prep.processes.cluster import describe, job_runner
+    cluster = cluster_options(o)
+    with job_runner(cluster, out_dir, initializer=_pool_init) as runner:
+        if jobs:
+            _say(f"create_tfrecord_files: {len(jobs)} shards on {describe(cluster, runner)}")
+        names = [os.path.basename(job[1]) for job in jobs]
+        for name, result, error in runner.run(tfrecord_job, jobs, names):
+            ok, output, message = result if error is None else (False, name, str(error))
+            finished.append(output)
+            progress = (f"[{len(finished)}/{len(jobs)} shards, "
+                        f"ETA {eta(len(finished), len(jobs), time.perf_counter() - t0)}]")
+            if ok:
+                _say(f"create_tfrecord_files: wrote {os.path.basename(output)}: {message} "
+                     f"{progress}")
+            else:
+                failures.append(message)
+                _say(f"create_tfrecord_files: FAILED {os.path.basename(output)}: {message} "
+                     f"{progress}")
+    if not failures:  # a lost worker's temporaries (its pid is dead here, or on its host)
+        for split in SPLITS:
+            remove_stale_temporaries(layout.tfrecord_split_dir(o.dataset, o, split))
     done = len(shards) - len(failures)
     _say(f"create_tfrecord_files: {done}/{len(shards)} shards complete in {out_dir} "
          f"({len(jobs) - len(failures)} written now, {time.perf_counter() - t0:.1f} s)")

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
 from data_prep.errors import DataPrepError
 
@@ -58,6 +58,8 @@ class PrepOptions:
     sentence_splitter: str = "auto"
     sharding_seed: int = 12345
     n_processes: int = 4
+    dask_scheduler: str = ""          # a running Dask cluster (address or scheduler file)
+    hosts: Tuple[str, ...] = ()       # ssh hosts ("host" or "host:workers") for Dask workers
     vocab_file: Optional[str] = None
     vocab_size: int = 30522
     do_lower_case: bool = True

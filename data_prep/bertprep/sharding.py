@@ -9,17 +9,27 @@ draws its positive pairs from inside a document).
 
 How, with memory bounded by a document rather than by the corpus:
 
-1. ``index_documents``: one streaming pass over the input files records, for every non-blank
-   line, its file, byte offset and byte length (three integers per document).
+1. Indexing: one streaming pass over the input files records, for every non-blank line, its
+   file, byte offset and byte length (20 bytes per document in the coordinating process: the
+   one bound that grows with the corpus, 2 GB for 100 million documents).  The pass is cut
+   into jobs of 256 MB byte ranges (``index_range``: a line belongs to the range holding its
+   first byte), run where ``cluster`` says.
 2. ``assign_shards``: a seeded permutation picks the test documents (``round(fraction_test_set
    * documents)`` of them, by count); each group is then balanced by size with the
    longest-processing-time rule: documents from the largest down (ties by position) each go to
    the shard with the fewest bytes so far (ties to the lowest shard number).  Deterministic for
    a given seed and input.
-3. ``write_shard``: each shard is written on its own (in parallel with ``n_processes``):
-   its documents are read back by offset in file order, split into sentences
-   (``data_prep.bertprep.sentence_segmentation``) and written to ``<name>.tmp-<pid>``; when every
-   shard is complete all are renamed to their final names (a failed run leaves none).
+3. ``write_staged_shard``: each shard is a job (run where ``cluster`` says: this machine's
+   processes or a Dask cluster, ``data_prep.processes.cluster``): its documents are read back by
+   offset in file order, split into sentences (``data_prep.bertprep.sentence_segmentation``)
+   and written into the staging folder ``<output>/.sharding-in-progress/`` (``<name>.tmp-<pid>``,
+   renamed there when complete; a worker's memory is bounded by its largest document).  When
+   every shard is written all move to their final names, and the staging folder's plan
+   (inputs, sizes, options) goes last: a folder never holds an incomplete set of shards
+   under final names without the plan saying so (``unfinished``), and a rerun of the same plan
+   after a crash or a lost worker writes only the shards that are missing.
+
+The shards are the same bytes for any number of processes, workers or hosts.
 
 Shard names: ``<prefix>_training_<i>.txt`` and ``<prefix>_test_<i>.txt``, ``i`` from 0.
 Errors raise ``ShardingError`` (a ``DataPrepError``): one line ``<file>: <problem>``.
@@ -38,7 +48,7 @@ import numpy as np
 
 from data_prep.bertprep import sentence_segmentation
 from data_prep.errors import DataPrepError
-from data_prep.processes.worker_lifetime import die_with_parent, pool_context
+from data_prep.processes.pause_point import pause_point
 
 
 class ShardingError(DataPrepError):
@@ -80,36 +90,72 @@ class ShardingStats:
     seconds: Dict[str, float] = dataclasses.field(default_factory=dict)
 
 
-def index_documents(input_files: Sequence[str], progress: Optional[bool] = False) -> DocumentIndex:
-    """One streaming pass: the byte span of every non-blank line of every file."""
-    from reporting.progress import bar
-    file_index, offsets, lengths = array.array("i"), array.array("q"), array.array("q")
-    total = 0
-    for path in input_files:
+INDEX_RANGE_BYTES = 256 << 20  # one indexing job: lines starting in 256 MB of one file
+
+
+def index_ranges(input_files: Sequence[str], range_bytes: int = INDEX_RANGE_BYTES
+                 ) -> List[Tuple[int, str, int, int]]:
+    """The indexing jobs: (file number, path, start, end) byte ranges covering every file."""
+    jobs = []
+    for i, path in enumerate(input_files):
         try:
-            total += os.path.getsize(path)
+            size = os.path.getsize(path)
         except OSError as e:
             raise ShardingError(path, f"cannot read: {e.strerror or e}") from None
-    with bar(total=total, desc="indexing", unit="B", unit_scale=True,
-             enabled=progress) as indexing:
-        for i, path in enumerate(input_files):
-            pos = 0
-            try:
-                with open(path, "rb", buffering=1 << 20) as f:
-                    for line in f:
-                        n = len(line)
-                        body = line.rstrip(b"\r\n")
-                        if body.strip():
-                            file_index.append(i)
-                            offsets.append(pos)
-                            lengths.append(len(body))
-                        pos += n
-                        indexing.update(n)
-            except OSError as e:
-                raise ShardingError(path, f"cannot read: {e.strerror or e}") from None
-    return DocumentIndex(list(input_files), np.frombuffer(file_index, dtype=np.int32).copy(),
-                         np.frombuffer(offsets, dtype=np.int64).copy(),
-                         np.frombuffer(lengths, dtype=np.int64).copy())
+        for start in range(0, max(size, 1), range_bytes):
+            jobs.append((i, path, start, min(size, start + range_bytes)))
+    return jobs
+
+
+def index_range(file_number: int, path: str, start: int, end: int
+                ) -> Tuple[int, int, np.ndarray, np.ndarray]:
+    """The byte span of every non-blank line that starts in [start, end) of `path`:
+    (file number, start, offsets, lengths). A line belongs to the range holding its first
+    byte, so the ranges of a file together index each line exactly once."""
+    offsets, lengths = array.array("q"), array.array("q")
+    try:
+        with open(path, "rb", buffering=1 << 20) as f:
+            pos = start
+            if start > 0:  # skip the end of a line that started in the previous range
+                f.seek(start - 1)
+                pos = start - 1 + len(f.readline())
+            while pos < end:
+                line = f.readline()
+                if not line:
+                    break
+                body = line.rstrip(b"\r\n")
+                if body.strip():
+                    offsets.append(pos)
+                    lengths.append(len(body))
+                pos += len(line)
+    except OSError as e:
+        raise ShardingError(path, f"cannot read: {e.strerror or e}") from None
+    return (file_number, start, np.frombuffer(offsets, dtype=np.int64).copy(),
+            np.frombuffer(lengths, dtype=np.int64).copy())
+
+
+def merge_index(input_files: Sequence[str], pieces) -> DocumentIndex:
+    """The index of `input_files` from the results of `index_range` (any order)."""
+    pieces = sorted(pieces, key=lambda piece: (piece[0], piece[1]))
+    empty = np.zeros(0, dtype=np.int64)
+    return DocumentIndex(
+        list(input_files),
+        np.concatenate([np.full(len(p[2]), p[0], dtype=np.int32) for p in pieces]
+                       or [np.zeros(0, dtype=np.int32)]),
+        np.concatenate([p[2] for p in pieces] or [empty]),
+        np.concatenate([p[3] for p in pieces] or [empty]))
+
+
+def index_documents(input_files: Sequence[str], progress: Optional[bool] = False) -> DocumentIndex:
+    """The byte span of every non-blank line of every file, in this process."""
+    from reporting.progress import bar
+    jobs = index_ranges(input_files)
+    with bar(total=len(jobs), desc="indexing", unit=" part", enabled=progress) as indexing:
+        pieces = []
+        for job in jobs:
+            pieces.append(index_range(*job))
+            indexing.update(1)
+    return merge_index(input_files, pieces)
 
 
 def balance(sizes: np.ndarray, members: np.ndarray, n_shards: int) -> List[np.ndarray]:
@@ -178,6 +224,7 @@ def write_shard(output_file: str, files: Sequence[str], file_index: np.ndarray,
         out = open(output_file, "w", encoding="utf-8", newline="\n", buffering=1 << 20)
     except OSError as e:
         raise ShardingError(output_file, f"cannot write shard: {e.strerror or e}") from None
+    pause_point("shard_opened")  # tests: a worker killed with its shard half-written
     with out, contextlib.ExitStack() as stack:
         for fi, off, ln in zip(file_index.tolist(), offset.tolist(), length.tolist()):
             if fi not in handles:
@@ -202,8 +249,22 @@ def write_shard(output_file: str, files: Sequence[str], file_index: np.ndarray,
     return output_file, os.path.getsize(output_file), len(offset), sentences
 
 
-def _write_shard_job(job):
-    return write_shard(*job)
+def write_staged_shard(staging_dir: str, name: str, files: Sequence[str],
+                       file_index: np.ndarray, offset: np.ndarray, length: np.ndarray,
+                       splitter: str = "auto") -> Tuple[str, int, int, int]:
+    """A sharding job: writes shard `name` into the staging folder, complete or not at all
+    (``<name>.tmp-<pid>``, renamed when written); returns write_shard's tuple for `name`."""
+    final = os.path.join(staging_dir, name)
+    tmp = f"{final}.tmp-{os.getpid()}"
+    try:
+        _, nbytes, documents, sentences = write_shard(tmp, files, file_index, offset, length,
+                                                      splitter)
+        os.replace(tmp, final)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
+    return name, nbytes, documents, sentences
 
 
 def shard_paths(output_dir: str, prefix: str, n_training: int, n_test: int
@@ -213,10 +274,111 @@ def shard_paths(output_dir: str, prefix: str, n_training: int, n_test: int
     return train, test
 
 
+STAGING = ".sharding-in-progress"   # under the output folder; hidden from list_shards
+PLAN = "plan.json"
+MOVING = "moving"                   # written before the first shard moves to its final name
+
+
+def staging_dir(output_dir: str) -> str:
+    return os.path.join(output_dir, STAGING)
+
+
+def unfinished(output_dir: str) -> bool:
+    """Whether a sharding into `output_dir` started and did not finish (its shards are not
+    a whole set, whatever the folder holds under final names)."""
+    return os.path.isfile(os.path.join(staging_dir(output_dir), PLAN))
+
+
+def _plan(input_files: Sequence[str], prefix: str, options: ShardingOptions) -> dict:
+    """What decides the shards' bytes: a staged shard is kept only by a run of the same plan."""
+    inputs = []
+    for path in input_files:
+        st = os.stat(path)
+        inputs.append([os.path.abspath(path), st.st_size, st.st_mtime_ns])
+    return {"inputs": inputs, "prefix": prefix, "n_training_shards": options.n_training_shards,
+            "n_test_shards": options.n_test_shards,
+            "fraction_test_set": options.fraction_test_set, "seed": options.seed,
+            "sentence_splitter": options.sentence_splitter}
+
+
+def _prepare_staging(folder: str, plan: dict, names: Sequence[str], log) -> List[str]:
+    """Makes the staging folder hold only shards of `plan`; returns the names already done."""
+    import json
+    plan_file = os.path.join(folder, PLAN)
+    kept = []
+    if os.path.isdir(folder):
+        try:
+            with open(plan_file, encoding="utf-8") as f:
+                same = json.load(f) == plan
+        except (OSError, ValueError):
+            same = False
+        for name in os.listdir(folder):
+            if same and name in names:
+                kept.append(name)
+            elif name != PLAN and not (same and name == MOVING):
+                with contextlib.suppress(OSError):
+                    os.remove(os.path.join(folder, name))
+        if kept:
+            log(f"sharding: {len(kept)} of {len(names)} shards kept from an unfinished run "
+                f"of the same inputs and options")
+    os.makedirs(folder, exist_ok=True)
+    tmp = f"{plan_file}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(plan, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, plan_file)
+    return kept
+
+
+def _publish(folder: str, output_dir: str, names: Sequence[str]) -> None:
+    """Moves every staged shard to its final name, then removes the plan (last: while it
+    exists, ``unfinished`` says so and a rerun completes the move)."""
+    with open(os.path.join(folder, MOVING), "w", encoding="ascii") as f:
+        os.fsync(f.fileno())
+    for name in names:
+        staged = os.path.join(folder, name)
+        if os.path.exists(staged):
+            os.replace(staged, os.path.join(output_dir, name))
+    os.remove(os.path.join(folder, PLAN))
+    with contextlib.suppress(OSError):
+        os.remove(os.path.join(folder, MOVING))
+    with contextlib.suppress(OSError):
+        os.rmdir(folder)
+
+
+def _staged_sizes(folder: str, output_dir: str, names: Sequence[str], splitter: str):
+    """(bytes, documents, sentences) of shards done by an earlier run (counted again)."""
+    sizes = {}
+    for name in names:
+        path = os.path.join(folder, name)
+        if not os.path.exists(path):
+            path = os.path.join(output_dir, name)
+        documents = sentences = 0
+        with open(path, "rb") as f:
+            blank = True
+            for line in f:
+                if line.strip():
+                    sentences += 1
+                    blank = False
+                elif not blank:
+                    documents += 1
+                    blank = True
+        sizes[name] = (name, os.path.getsize(path), documents, sentences)
+    return sizes
+
+
 def shard_corpus(input_files: Sequence[str], output_dir: str, prefix: str,
                  options: ShardingOptions = ShardingOptions(),
-                 progress: Optional[bool] = None, log=print) -> ShardingStats:
-    """Indexes, assigns and writes all shards of ``input_files`` into ``output_dir``."""
+                 progress: Optional[bool] = None, log=print, cluster=None) -> ShardingStats:
+    """Indexes, assigns and writes all shards of ``input_files`` into ``output_dir``.
+
+    ``cluster``: a ``data_prep.processes.cluster.ClusterOptions`` saying where the indexing
+    and writing jobs run (default: ``options.n_processes`` processes here). The shards are the
+    same bytes wherever they are written. Shards are written into ``<output_dir>/`` +
+    ``STAGING`` and moved to their final names when all are written; a rerun with the same
+    inputs and options after a crash writes only the shards that are missing."""
+    from data_prep.processes.cluster import ClusterOptions, describe, job_runner
     from reporting.progress import bar
     if not input_files:
         raise ShardingError("--input", "no formatted input files")
@@ -230,56 +392,58 @@ def shard_corpus(input_files: Sequence[str], output_dir: str, prefix: str,
     except OSError as e:
         raise ShardingError(output_dir, f"cannot create output folder: {e.strerror or e}") \
             from None
-    stats = ShardingStats()
-    t0 = time.perf_counter()
-    index = index_documents(input_files, progress)
-    stats.documents = len(index)
-    stats.input_bytes = int(index.length.sum())
-    t1 = time.perf_counter()
-    source = input_files[0] if len(input_files) == 1 else ",".join(input_files)
-    if len(index) == 0:
-        raise ShardingError(source, "no documents (only blank lines)")
-    train, test = assign_shards(index.length, options.n_training_shards, options.n_test_shards,
-                                options.fraction_test_set, options.seed, source)
-    stats.training_documents = int(sum(len(s) for s in train))
-    stats.test_documents = int(sum(len(s) for s in test))
-    train_paths, test_paths = shard_paths(output_dir, prefix, len(train), len(test))
-    # Every shard is written under a temporary name and all are renamed together at the end:
-    # the folder never holds an incomplete set of shards under final names.
-    final_paths = train_paths + test_paths
-    tmp_paths = [f"{path}.tmp-{os.getpid()}" for path in final_paths]
-    jobs = [(tmp, index.files, index.file_index[ids], index.offset[ids], index.length[ids],
-             options.sentence_splitter)
-            for tmp, ids in zip(tmp_paths, train + test)]
     _splitter(options.sentence_splitter)  # fail early (and once) on an unusable splitter
-    t2 = time.perf_counter()
-    results = {}
-    shards = bar(total=len(jobs), desc="shards", unit=" shard", enabled=progress)
-    try:
-        with shards:
-            if options.n_processes <= 1 or len(jobs) == 1:
-                for job in jobs:
-                    res = write_shard(*job)
-                    results[res[0]] = res
-                    shards.update(1)
-            else:
-                with pool_context().Pool(min(options.n_processes, len(jobs)),
-                                          initializer=die_with_parent,
-                                          initargs=(os.getpid(),)) as pool:
-                    for res in pool.imap_unordered(_write_shard_job, jobs):
-                        results[res[0]] = res
-                        shards.update(1)
-        for tmp, path in zip(tmp_paths, final_paths):
-            os.replace(tmp, path)
-    except BaseException:
-        for tmp in tmp_paths:
-            with contextlib.suppress(OSError):
-                os.remove(tmp)
-        raise
-    results = {path: results[tmp] for tmp, path in zip(tmp_paths, final_paths)}
-    for path in train_paths + test_paths:
-        _, nbytes, ndocs, nsents = results[path]
-        stats.shard_files.append(path)
+    cluster = cluster or ClusterOptions(n_processes=options.n_processes)
+    stats = ShardingStats()
+    with job_runner(cluster, output_dir) as runner:
+        t0 = time.perf_counter()
+        jobs = index_ranges(input_files)
+        pieces = []
+        with bar(total=len(jobs), desc="indexing", unit=" part", enabled=progress) as indexing:
+            for name, piece, error in runner.run(index_range, jobs,
+                                                 [f"{j[1]}@{j[2]}" for j in jobs]):
+                if error is not None:
+                    raise error
+                pieces.append(piece)
+                indexing.update(1)
+        index = merge_index(input_files, pieces)
+        del pieces
+        stats.documents = len(index)
+        stats.input_bytes = int(index.length.sum())
+        t1 = time.perf_counter()
+        source = input_files[0] if len(input_files) == 1 else ",".join(input_files)
+        if len(index) == 0:
+            raise ShardingError(source, "no documents (only blank lines)")
+        train, test = assign_shards(index.length, options.n_training_shards,
+                                    options.n_test_shards, options.fraction_test_set,
+                                    options.seed, source)
+        stats.training_documents = int(sum(len(s) for s in train))
+        stats.test_documents = int(sum(len(s) for s in test))
+        train_paths, test_paths = shard_paths(output_dir, prefix, len(train), len(test))
+        final_paths = train_paths + test_paths
+        names = [os.path.basename(path) for path in final_paths]
+        folder = staging_dir(output_dir)
+        done = set(_prepare_staging(folder, _plan(input_files, prefix, options), names, log))
+        # A crash while moving: the shards already moved are done too.
+        if os.path.exists(os.path.join(folder, MOVING)):
+            done |= {n for n in names if os.path.exists(os.path.join(output_dir, n))}
+        t2 = time.perf_counter()
+        results = _staged_sizes(folder, output_dir, sorted(done), options.sentence_splitter)
+        jobs = [(folder, name, index.files, index.file_index[ids], index.offset[ids],
+                 index.length[ids], options.sentence_splitter)
+                for name, ids in zip(names, train + test) if name not in done]
+        log(f"sharding: writing {len(jobs)} shards on {describe(cluster, runner)}")
+        with bar(total=len(jobs), desc="shards", unit=" shard", enabled=progress) as shards:
+            for name, result, error in runner.run(write_staged_shard, jobs,
+                                                  [job[1] for job in jobs]):
+                if error is not None:
+                    raise error
+                results[name] = result
+                shards.update(1)
+    _publish(folder, output_dir, names)
+    for name in names:
+        _, nbytes, ndocs, nsents = results[name]
+        stats.shard_files.append(os.path.join(output_dir, name))
         stats.shard_bytes.append(nbytes)
         stats.shard_documents.append(ndocs)
         stats.shard_sentences.append(nsents)
