@@ -49,6 +49,7 @@ import numpy as np
 from data_prep.bertprep import sentence_segmentation
 from data_prep.errors import DataPrepError
 from data_prep.processes.pause_point import pause_point
+from data_prep.processes.temporaries import remove_stale_temporaries
 
 
 class ShardingError(DataPrepError):
@@ -343,6 +344,7 @@ def _publish(folder: str, output_dir: str, names: Sequence[str]) -> None:
     os.remove(os.path.join(folder, PLAN))
     with contextlib.suppress(OSError):
         os.remove(os.path.join(folder, MOVING))
+    remove_stale_temporaries(folder)  # a lost worker's half-written shard
     with contextlib.suppress(OSError):
         os.rmdir(folder)
 

@@ -40,6 +40,8 @@ from data_prep.errors import DataPrepError
 from data_prep.processes.worker_lifetime import die_with_parent, pool_context
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# How long to wait for a scheduler to answer, and for the workers to come up.
+CONNECT_TIMEOUT_S = float(os.environ.get("BERT_PREP_CONNECT_TIMEOUT", "30"))
 WORKERS_TIMEOUT_S = float(os.environ.get("BERT_PREP_WORKERS_TIMEOUT", "120"))
 
 
@@ -176,11 +178,14 @@ class DaskRunner:
     def _connect(self, target: str) -> None:
         from distributed import Client
         kind = "scheduler file" if os.path.isfile(target) else "address"
+        if kind == "address" and "://" not in target and ":" not in target:
+            raise DataPrepError("--dask_scheduler", f"{target}: no such scheduler file (and "
+                                                    f"not an address such as tcp://host:8786)")
         try:
             if kind == "scheduler file":
-                self.client = Client(scheduler_file=target, timeout="60s")
+                self.client = Client(scheduler_file=target, timeout=f"{CONNECT_TIMEOUT_S}s")
             else:
-                self.client = Client(target, timeout="60s")
+                self.client = Client(target, timeout=f"{CONNECT_TIMEOUT_S}s")
         except (OSError, TimeoutError, ValueError) as e:
             raise DataPrepError("--dask_scheduler", f"no Dask scheduler answers at the {kind} "
                                                     f"{target} ({type(e).__name__}: "
