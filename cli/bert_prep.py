@@ -80,14 +80,15 @@ def define_flags(flag_values):
         "the Dask workers of each host given without ':workers'.")
     f = bind(flag_values, "Across machines (docs/data_preparation.md)")
     f.DEFINE_string("dask_scheduler", None,
-                    "sharding and create_tfrecord_files run on the workers of this running "
-                    "Dask cluster: its address (tcp://node1:8786) or its scheduler file "
+                    "text_formatting, sharding and create_tfrecord_files run on the workers "
+                    "of this running Dask cluster: its address (tcp://node1:8786) or its "
+                    "scheduler file "
                     "(dask scheduler --scheduler-file F; scripts/prep.sub starts one under "
                     "Slurm). Same bytes as one machine.")
     f.DEFINE_list("hosts", [],
                   "host:workers,... (as horovodrun -H): start Dask workers on these hosts over "
-                  "ssh for sharding and create_tfrecord_files, and stop them at the end. Every "
-                  "host must see --working_dir at the same path.")
+                  "ssh for text_formatting, sharding and create_tfrecord_files, and stop them "
+                  "at the end. Every host must see --working_dir at the same path.")
 
 
 def _truth(flag: str, value: str) -> bool:

@@ -187,7 +187,7 @@ def test_cli_download_with_url_and_sha256(server, tmp_path):
 
 
 def test_mrpc_is_split_into_glue_files(tmp_path):
-    from data_prep.bertprep import text_formatting
+    from data_prep.bertprep import mrpc_format
     header = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
     (tmp_path / "msr_paraphrase_train.txt").write_text(
         header + "1\t11\t12\tA cat sat.\tA cat was sitting.\n"
@@ -196,7 +196,7 @@ def test_mrpc_is_split_into_glue_files(tmp_path):
     (tmp_path / "msr_paraphrase_test.txt").write_text(
         header + "1\t41\t42\tGood day.\tNice day.\n", encoding="utf-8")
     (tmp_path / "mrpc_dev_ids.tsv").write_text("21\t22\n", encoding="utf-8")
-    text_formatting.format_mrpc(str(tmp_path))
+    mrpc_format.format_mrpc(str(tmp_path))
     assert (tmp_path / "train.tsv").read_text().splitlines()[1:] == [
         "1\t11\t12\tA cat sat.\tA cat was sitting.", "1\t31\t32\tHe left.\tHe went away."]
     assert (tmp_path / "dev.tsv").read_text().splitlines() == [

@@ -109,7 +109,7 @@ DATASETS: Dict[str, List[Resource]] = {
     "RTE": _glue("RTE.zip"),
     "WNLI": _glue("WNLI.zip"),
     # GLUE cannot host MRPC; its own download script takes SentEval's copy and GLUE's dev ids
-    # (``text_formatting.format_mrpc`` turns them into train/dev/test.tsv).
+    # (``mrpc_format.format_mrpc`` turns them into train/dev/test.tsv).
     "MRPC": [
         Resource(f"{_SENTEVAL}/msr_paraphrase_train.txt", "glue/MRPC/msr_paraphrase_train.txt"),
         Resource(f"{_SENTEVAL}/msr_paraphrase_test.txt", "glue/MRPC/msr_paraphrase_test.txt"),

@@ -73,7 +73,7 @@ def _say(message: str) -> None:
 # --------------------------------------------------------------------------- download
 
 def action_download(o: PrepOptions, layout: Layout) -> int:
-    from data_prep.bertprep import download, text_formatting
+    from data_prep.bertprep import download, mrpc_format
     from data_prep.bertprep.archives import is_archive
     from data_prep.bertprep.fetcher import basename_of
     if o.dataset == "custom":
@@ -111,7 +111,7 @@ def action_download(o: PrepOptions, layout: Layout) -> int:
     download.download_resources(resources, os.path.join(layout.root, "download"),
                                 retries=o.download_retries, progress=o.progress, log=_say)
     if o.dataset == "MRPC":
-        written = text_formatting.format_mrpc(layout.download_dir("MRPC"))
+        written = mrpc_format.format_mrpc(layout.download_dir("MRPC"))
         _say(f"MRPC: wrote {', '.join(os.path.basename(p) for p in written)}")
     return 0
 
@@ -128,27 +128,44 @@ def _wiki_dumps(o: PrepOptions, layout: Layout, dataset: str) -> List[str]:
     return list_input_files(folder)  # every dump downloaded there (multi-part dumps too)
 
 
-def _format_one(o: PrepOptions, layout: Layout, dataset: str) -> None:
-    from data_prep.bertprep import text_formatting as tf
-    out = layout.formatted_file(dataset)
-    remove_stale_temporaries(os.path.dirname(out))
-    t0 = time.perf_counter()
+def _formatting_source(o: PrepOptions, layout: Layout, dataset: str) -> Tuple[str, List[str]]:
+    """(source, inputs) of a corpus: ("wikipedia", its dumps), ("books" or "custom", the
+    files and folders given or downloaded)."""
     if dataset in ("wikicorpus_en", "wikicorpus_zh"):
-        stats = tf.format_wikipedia(_wiki_dumps(o, layout, dataset), out,
-                                    processes=o.n_processes,
-                                    expand_templates=o.wiki_expand_templates,
-                                    progress=o.progress)
-    elif dataset == "bookscorpus":
+        return "wikipedia", _wiki_dumps(o, layout, dataset)
+    if dataset == "bookscorpus":
         inputs = list(o.input) or [layout.download_dir(dataset)]
         if not o.input and not os.path.isdir(inputs[0]):
             raise DataPrepError(inputs[0], "no download (run --action download --url ..., "
                                            "or pass --input)")
+        return "books", inputs
+    if not o.input:
+        raise DataPrepError("--input", "--dataset custom needs --input (a file or folder)")
+    return "custom", list(o.input)
+
+
+def _format_one(o: PrepOptions, layout: Layout, dataset: str) -> None:
+    """One corpus formatted here, or as jobs on a Dask cluster (``formatting_jobs``; the
+    same bytes) when --dask_scheduler or --hosts says so."""
+    from data_prep.bertprep import text_formatting as tf
+    out = layout.formatted_file(dataset)
+    remove_stale_temporaries(os.path.dirname(out))
+    t0 = time.perf_counter()
+    source, inputs = _formatting_source(o, layout, dataset)
+    cluster = cluster_options(o)
+    if cluster.distributed:
+        from data_prep.bertprep.formatting_jobs import format_in_jobs
+        stats = format_in_jobs(source, inputs, out, cluster, unit=o.custom_document_unit,
+                               processes=o.n_processes, expand_templates=o.wiki_expand_templates,
+                               progress=o.progress, log=_say)
+    elif source == "wikipedia":
+        stats = tf.format_wikipedia(inputs, out, processes=o.n_processes,
+                                    expand_templates=o.wiki_expand_templates,
+                                    progress=o.progress)
+    elif source == "books":
         stats = tf.format_books(inputs, out, progress=o.progress)
-    else:  # custom
-        if not o.input:
-            raise DataPrepError("--input", "--dataset custom needs --input (a file or folder)")
-        stats = tf.format_custom(list(o.input), out, unit=o.custom_document_unit,
-                                 progress=o.progress)
+    else:
+        stats = tf.format_custom(inputs, out, unit=o.custom_document_unit, progress=o.progress)
     dropped = f", {stats.dropped_empty} empty dropped" if stats.dropped_empty else ""
     _say(f"text_formatting: {dataset}: {stats.documents} documents{dropped} -> {out} "
          f"({time.perf_counter() - t0:.1f} s)")

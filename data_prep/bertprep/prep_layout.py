@@ -5,6 +5,7 @@ Each action reads what the previous one wrote, found by name under the working d
 
     download/<dataset>/                              raw downloads (GLUE tasks: download/glue/<task>/)
     formatted_one_article_per_line/<dataset>.txt     one document per line
+        .formatting-<dataset>.txt/        on a Dask cluster: its parts until it is whole
     vocab/<dataset>_lower_case_<0|1>_vocab.txt       a WordPiece vocab trained by create_vocab
     sharded_training_shards_<N>_test_shards_<M>_fraction_<F>/<dataset>/
         <dataset>_training_<i>.txt, <dataset>_test_<i>.txt    one sentence a line, blank line

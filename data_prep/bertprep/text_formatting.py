@@ -18,9 +18,8 @@ Sources:
   wikiextractor is run with ``--html-safe ''`` so that entities come out as characters (``&``
   not ``&amp;``), and a small clean-up (``strip_residual_markup``) removes what it
   occasionally leaves behind (table rows, unexpanded ``{{templates}}``, ``[[links]]``,
-  ``<ref>`` tags).  A dump without a
-  ``<siteinfo>`` header (a hand-cut fragment) is copied with a minimal one first, because
-  wikiextractor skips every line until it has seen ``</siteinfo>``.
+  ``<ref>`` tags).  A dump without a ``<siteinfo>`` header (a hand-cut fragment) is copied
+  with a minimal one first: wikiextractor skips every line until it has seen ``</siteinfo>``.
 * BookCorpus-style folders of ``.txt`` books (``format_books``): one book per line, with the
   Project Gutenberg header and licence footer cut off where the ``*** START OF`` /
   ``*** END OF`` markers are present.
@@ -28,9 +27,10 @@ Sources:
   of lines separated by a blank line is a document (the convention of BERT's own input files);
   with ``unit="file"`` every file is one document.
 
-Output is written to ``<output>.tmp-<pid>`` and renamed when complete.  Bad input raises
-``FormattingError`` (a ``DataPrepError``): one line ``<file>: <problem>``; invalid UTF-8 is
-reported with the byte offset of the first bad byte.
+Each source's ``write_*`` formats one input (a custom file: a range of its blocks) into an open
+file: ``format_*`` here, or a job of ``formatting_jobs`` on a cluster.  Output is written to
+``<output>.tmp-<pid>`` and renamed when complete.  Bad input raises ``FormattingError``: one
+line ``<file>: <problem>``; invalid UTF-8 is reported with the byte offset of the first bad byte.
 """
 from __future__ import annotations
 
@@ -99,12 +99,16 @@ def normalize_whitespace(text: str) -> str:
 
 # --------------------------------------------------------------------------- input
 
-def _iter_utf8_lines(path: str) -> Iterator[str]:
-    """Lines of a UTF-8 file, streamed; invalid UTF-8 raises with the byte offset."""
-    offset = 0
+def _iter_utf8_lines(path: str, start: int = 0, end: Optional[int] = None) -> Iterator[str]:
+    """Lines of a UTF-8 file (those starting in [start, end) when given: ``start`` must be a
+    line start), streamed; invalid UTF-8 raises with the byte offset in the file."""
+    offset = start
     try:
         with open(path, "rb") as f:
+            f.seek(start)
             for raw in f:
+                if end is not None and offset >= end:
+                    break
                 try:
                     yield raw.decode("utf-8")
                 except UnicodeDecodeError as e:
@@ -138,6 +142,10 @@ def list_input_files(path: str, suffixes: Optional[Sequence[str]] = None) -> Lis
         wanted = f" ({', '.join(suffixes)})" if suffixes else ""
         raise FormattingError(path, f"folder has no input files{wanted}")
     return found
+
+
+def input_files(inputs: Sequence[str], suffixes: Optional[Sequence[str]] = None) -> List[str]:
+    return [f for path in inputs for f in list_input_files(path, suffixes)]
 
 
 def _check_not_empty(path: str) -> None:
@@ -328,6 +336,28 @@ def iter_wikipedia_articles(dump: str, processes: int = 1, expand_templates: boo
                 os.remove(tmp)
 
 
+def write_wikipedia_dump(dump: str, out, stats: FormattingStats, processes: int = 1,
+                         expand_templates: bool = True, scratch_dir: Optional[str] = None,
+                         bar=None) -> None:
+    """One dump's articles, one a line, to the text file ``out``; counts go to ``stats``."""
+    for page in iter_wikipedia_articles(dump, processes, expand_templates, scratch_dir):
+        text = normalize_whitespace(strip_residual_markup(page.get("text", "")))
+        if text:
+            out.write(text + "\n")
+            stats.documents += 1
+        else:
+            stats.dropped_empty += 1
+            if len(stats.dropped_titles) < MAX_REMEMBERED_TITLES:
+                stats.dropped_titles.append(page.get("title", ""))
+        if bar is not None:
+            bar.update(1)
+
+
+def no_articles(dumps: Sequence[str]) -> FormattingError:
+    return FormattingError(",".join(dumps), "no articles found (is this a MediaWiki XML "
+                                            "pages-articles dump?)")
+
+
 def format_wikipedia(dumps: Sequence[str], output_file: str, processes: int = 1,
                      expand_templates: bool = True, progress: Optional[bool] = None
                      ) -> FormattingStats:
@@ -337,21 +367,10 @@ def format_wikipedia(dumps: Sequence[str], output_file: str, processes: int = 1,
     with atomic_text_writer(output_file) as out, \
             progress_bar(desc="articles", unit=" art", enabled=progress) as bar:
         for dump in dumps:
-            for page in iter_wikipedia_articles(dump, processes, expand_templates,
-                                                scratch_dir=os.path.dirname(
-                                                    os.path.abspath(output_file))):
-                text = normalize_whitespace(strip_residual_markup(page.get("text", "")))
-                if text:
-                    out.write(text + "\n")
-                    stats.documents += 1
-                else:
-                    stats.dropped_empty += 1
-                    if len(stats.dropped_titles) < MAX_REMEMBERED_TITLES:
-                        stats.dropped_titles.append(page.get("title", ""))
-                bar.update(1)
+            write_wikipedia_dump(dump, out, stats, processes, expand_templates,
+                                 os.path.dirname(os.path.abspath(output_file)), bar)
         if stats.documents == 0:
-            raise FormattingError(",".join(dumps), "no articles found (is this a MediaWiki XML "
-                                                   "pages-articles dump?)")
+            raise no_articles(dumps)
     return stats
 
 
@@ -377,24 +396,32 @@ def strip_gutenberg_boilerplate(text: str) -> str:
     return text
 
 
+def write_book(path: str, out, stats: FormattingStats) -> None:
+    """One book as one line of ``out``; counts go to ``stats``."""
+    _check_not_empty(path)
+    text = normalize_whitespace(strip_gutenberg_boilerplate(read_utf8(path).lstrip("\ufeff")))
+    if text:
+        out.write(text + "\n")
+        stats.documents += 1
+    else:
+        stats.dropped_empty += 1
+
+
+def no_book_text(files: Sequence[str], inputs: Sequence[str]) -> FormattingError:
+    return FormattingError(files[0] if len(files) == 1 else inputs[0], "no text")
+
+
 def format_books(inputs: Sequence[str], output_file: str, progress: Optional[bool] = None
                  ) -> FormattingStats:
     """``.txt`` books (files, or folders searched recursively) to one book per line."""
     from reporting.progress import bar
-    files = [f for path in inputs for f in list_input_files(path, (".txt",))]
+    files = input_files(inputs, (".txt",))
     stats = FormattingStats(output_file=output_file, input_files=files)
     with atomic_text_writer(output_file) as out:
         for path in bar(files, desc="books", unit=" book", enabled=progress):
-            _check_not_empty(path)
-            text = normalize_whitespace(strip_gutenberg_boilerplate(
-                read_utf8(path).lstrip("\ufeff")))
-            if text:
-                out.write(text + "\n")
-                stats.documents += 1
-            else:
-                stats.dropped_empty += 1
+            write_book(path, out, stats)
         if stats.documents == 0:
-            raise FormattingError(files[0] if len(files) == 1 else inputs[0], "no text")
+            raise no_book_text(files, inputs)
     return stats
 
 
@@ -412,6 +439,47 @@ def _blocks(lines: Iterable[str]) -> Iterator[str]:
         yield " ".join(block)
 
 
+CUSTOM_UNITS = ("block", "file")
+
+
+def check_custom_unit(unit: str) -> None:
+    if unit not in CUSTOM_UNITS:
+        raise FormattingError("--custom_document_unit", f"must be 'block' or 'file', got {unit!r}")
+
+
+def write_custom(path: str, out, stats: FormattingStats, unit: str = "block", start: int = 0,
+                 end: Optional[int] = None) -> None:
+    """The documents of one text file (with ``unit="block"``, of the lines starting in
+    [start, end): ``start`` must begin a block, ``end`` too or be the file's end) to ``out``,
+    one a line; counts go to ``stats``."""
+    if start == 0:
+        _check_not_empty(path)
+    lines = _iter_utf8_lines(path, start, end)
+    if unit == "block":
+        for block in _blocks(lines):
+            text = normalize_whitespace(block.lstrip("\ufeff"))
+            if text:
+                out.write(text + "\n")
+                stats.documents += 1
+        return
+    wrote = False
+    for line in lines:
+        words = line.lstrip("\ufeff").split()
+        if words:
+            out.write((" " if wrote else "") + " ".join(words))
+            wrote = True
+    if wrote:
+        out.write("\n")
+        stats.documents += 1
+    else:
+        stats.dropped_empty += 1
+
+
+def no_custom_text(files: Sequence[str], inputs: Sequence[str]) -> FormattingError:
+    return FormattingError(files[0] if len(files) == 1 else ",".join(inputs),
+                           "no text (only whitespace)")
+
+
 def format_custom(inputs: Sequence[str], output_file: str, unit: str = "block",
                   progress: Optional[bool] = None) -> FormattingStats:
     """Plain text files (or folders of them) to one document per line.
@@ -420,77 +488,12 @@ def format_custom(inputs: Sequence[str], output_file: str, unit: str = "block",
     document is a whole file.  Files are streamed line by line.
     """
     from reporting.progress import bar
-    if unit not in ("block", "file"):
-        raise FormattingError("--custom_document_unit", f"must be 'block' or 'file', got {unit!r}")
-    files = [f for path in inputs for f in list_input_files(path)]
+    check_custom_unit(unit)
+    files = input_files(inputs)
     stats = FormattingStats(output_file=output_file, input_files=files)
     with atomic_text_writer(output_file) as out:
         for path in bar(files, desc="files", unit=" file", enabled=progress):
-            _check_not_empty(path)
-            lines = _iter_utf8_lines(path)
-            if unit == "block":
-                for block in _blocks(lines):
-                    text = normalize_whitespace(block.lstrip("\ufeff"))
-                    if text:
-                        out.write(text + "\n")
-                        stats.documents += 1
-            else:
-                wrote = False
-                for line in lines:
-                    words = line.lstrip("\ufeff").split()
-                    if words:
-                        out.write((" " if wrote else "") + " ".join(words))
-                        wrote = True
-                if wrote:
-                    out.write("\n")
-                    stats.documents += 1
-                else:
-                    stats.dropped_empty += 1
+            write_custom(path, out, stats, unit)
         if stats.documents == 0:
-            raise FormattingError(files[0] if len(files) == 1 else ",".join(inputs),
-                                  "no text (only whitespace)")
+            raise no_custom_text(files, inputs)
     return stats
-
-
-# --------------------------------------------------------------------------- GLUE MRPC
-
-def format_mrpc(folder: str) -> List[str]:
-    """SentEval's MRPC files + GLUE's dev ids to GLUE's ``train.tsv``/``dev.tsv``/``test.tsv``.
-
-    GLUE may not redistribute MRPC, so its download script splits Microsoft's training file
-    into train and dev by the published pairs of ids; this does the same, so MRPC looks like
-    every other GLUE task on disk.
-    """
-    train_src = os.path.join(folder, "msr_paraphrase_train.txt")
-    test_src = os.path.join(folder, "msr_paraphrase_test.txt")
-    ids_src = os.path.join(folder, "mrpc_dev_ids.tsv")
-    dev_ids = set()
-    for line in _iter_utf8_lines(ids_src):
-        parts = line.rstrip("\r\n").split("\t")
-        if len(parts) >= 2:
-            dev_ids.add((parts[0], parts[1]))
-    header = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
-    written = []
-    train_path, dev_path = os.path.join(folder, "train.tsv"), os.path.join(folder, "dev.tsv")
-    with atomic_text_writer(train_path) as train, atomic_text_writer(dev_path) as dev:
-        train.write(header)
-        dev.write(header)
-        for n, line in enumerate(_iter_utf8_lines(train_src)):
-            row = line.rstrip("\r\n")
-            parts = row.split("\t")
-            if n == 0 or len(parts) < 5:
-                continue
-            (dev if (parts[1], parts[2]) in dev_ids else train).write(row + "\n")
-    written += [train_path, dev_path]
-    test_path = os.path.join(folder, "test.tsv")
-    with atomic_text_writer(test_path) as test:
-        test.write("index\t#1 ID\t#2 ID\t#1 String\t#2 String\n")
-        index = 0
-        for n, line in enumerate(_iter_utf8_lines(test_src)):
-            parts = line.rstrip("\r\n").split("\t")
-            if n == 0 or len(parts) < 5:
-                continue
-            test.write("\t".join([str(index)] + parts[1:5]) + "\n")
-            index += 1
-    written.append(test_path)
-    return written
