@@ -127,11 +127,10 @@ def run_stage(wd, corpus, action, shards, where, watch_pids):
 
 
 def start_dask(folder, workers):
-    from dask_cluster import LocalDask
-    cluster = LocalDask(folder).start()
-    for _ in range(workers):
-        cluster.add_worker(nanny=False)
-    cluster.wait_for_workers(workers)
+    from dask_cluster import DaskCluster
+    cluster = DaskCluster(folder)
+    for _ in range(workers):   # one process each, no nanny: the processes measured
+        cluster.add_workers(1, nanny=False)
     return cluster
 
 
@@ -147,7 +146,7 @@ def job_overhead(folder, jobs=2000):
             client.gather(client.map(abs, range(jobs)))
             dask_s = (time.perf_counter() - t0) / jobs
     finally:
-        cluster.stop()
+        cluster.close()
     with ProcessPoolExecutor(1) as pool:
         list(pool.map(abs, range(10)))
         t0 = time.perf_counter()
@@ -170,7 +169,7 @@ def measure(size_gb, worker_counts, shard_mb, scratch):
         cluster = start_dask(os.path.join(wd, ".dask"), workers) if workers else None
         where = (["--dask_scheduler", cluster.scheduler_file] if cluster
                  else ["--n_processes", "1"])
-        watch = [p.pid for p in cluster.processes[1:]] if cluster else []
+        watch = [p.pid for p in cluster.worker_processes] if cluster else []
         try:
             for action in ("sharding", "create_tfrecord_files"):
                 stats = run_stage(wd, corpus, action, shards, where, watch)
@@ -181,7 +180,7 @@ def measure(size_gb, worker_counts, shard_mb, scratch):
                              "wall_s_per_gb": stats["wall_s"] / (size / 1e9)})
         finally:
             if cluster:
-                cluster.stop()
+                cluster.close()
         got = {k: v for k, v in digests(wd).items() if not k.startswith(".dask")}
         if reference is None:
             reference = got

@@ -1,80 +1,87 @@
 """A real Dask cluster on this machine for the tests: Dask's own scheduler and workers, started
-as the user starts them (`dask scheduler --scheduler-file F`, `dask worker --scheduler-file F`),
-stopped by pid. Workers can be added one by one (with their own environment, e.g. a pause
-point) and killed."""
+as a user starts them (`python -m distributed.cli.dask_scheduler --scheduler-file F`,
+`dask_worker --scheduler-file F`) on 127.0.0.1 and stopped by pid. Workers are added in
+groups, with their own environment (e.g. a pause point) and without a nanny when a test kills
+one for good; the scheduler's task stream tells which jobs ran on which worker."""
 import json
 import os
-import signal
+import pathlib
 import subprocess
 import sys
 import time
 
+import distributed
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-class LocalDask:
-    def __init__(self, folder):
-        self.folder = str(folder)
-        os.makedirs(self.folder, exist_ok=True)
-        self.scheduler_file = os.path.join(self.folder, "scheduler.json")
-        self.processes = []
+class DaskCluster:
+    """A scheduler and workers as child processes on 127.0.0.1, stopped by pid."""
 
-    def _start(self, args, log, env=None):
-        full_env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2",
-                        TOKENIZERS_PARALLELISM="false")
-        full_env.update(env or {})
-        process = subprocess.Popen([sys.executable, "-m", *args], cwd=REPO, env=full_env,
-                                   stdout=subprocess.DEVNULL,
-                                   stderr=open(os.path.join(self.folder, log), "ab"))
+    def __init__(self, folder):
+        self.folder = pathlib.Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.scheduler_file = str(self.folder / "scheduler.json")
+        self.processes = []
+        self.workers = 0
+        self._start("scheduler", ["distributed.cli.dask_scheduler", "--host", "127.0.0.1",
+                                  "--port", "0", "--no-dashboard"])
+        deadline = time.monotonic() + 60
+        while not os.path.exists(self.scheduler_file):
+            assert time.monotonic() < deadline, "the Dask scheduler did not start"
+            time.sleep(0.1)
+        self.client = distributed.Client(scheduler_file=self.scheduler_file, timeout="60s")
+
+    def _start(self, name, args, env=None):
+        log = open(self.folder / f"{name}-{len(self.processes)}.log", "wb")
+        process = subprocess.Popen(
+            [sys.executable, "-m"] + args + ["--scheduler-file", self.scheduler_file],
+            cwd=REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=dict(os.environ, PYTHONPATH=REPO, **(env or {})))
+        log.close()
         self.processes.append(process)
         return process
 
-    def start(self, timeout=60):
-        self._start(["distributed.cli.dask_scheduler", "--scheduler-file", self.scheduler_file,
-                     "--host", "127.0.0.1", "--port", "0", "--no-dashboard"], "scheduler.log")
-        deadline = time.monotonic() + timeout
-        while not os.path.exists(self.scheduler_file):
-            if time.monotonic() > deadline:
-                raise RuntimeError("the Dask scheduler did not start: "
-                                   + open(os.path.join(self.folder, "scheduler.log")).read())
-            time.sleep(0.2)
-        return self
+    def add_workers(self, count, env=None, nanny=True):
+        process = self._start("worker", ["distributed.cli.dask_worker", "--nworkers",
+                                         str(count), "--nthreads", "1", "--no-dashboard"]
+                              + ([] if nanny else ["--no-nanny"]), env)
+        self.workers += count
+        self.client.wait_for_workers(self.workers, timeout=60)
+        return process
+
+    def kill(self, process, lost_workers):
+        process.kill()
+        process.wait(timeout=30)
+        self.workers -= lost_workers
 
     @property
     def address(self):
         with open(self.scheduler_file, encoding="utf-8") as f:
             return json.load(f)["address"]
 
-    def add_worker(self, env=None, nanny=True, name=None):
-        """One single-threaded worker process; returns its Popen (with --no-nanny, the worker
-        itself, so killing it loses the worker for good)."""
-        args = ["distributed.cli.dask_worker", "--scheduler-file", self.scheduler_file,
-                "--nthreads", "1", "--no-dashboard"]
-        if not nanny:
-            args.append("--no-nanny")
-        if name:
-            args += ["--name", name]
-        return self._start(args, f"worker-{len(self.processes)}.log", env)
+    @property
+    def worker_processes(self):
+        return self.processes[1:]
 
-    def workers(self):
-        from distributed import Client
-        with Client(scheduler_file=self.scheduler_file, timeout="30s") as client:
-            return len(client.scheduler_info(n_workers=-1)["workers"])
+    def task_cursor(self):
+        return self.client.run_on_scheduler(
+            lambda dask_scheduler: dask_scheduler.get_task_stream_index())
 
-    def wait_for_workers(self, count, timeout=90):
-        deadline = time.monotonic() + timeout
-        while self.workers() < count:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"fewer than {count} Dask workers after {timeout} s")
-            time.sleep(0.3)
+    def format_tasks_since(self, cursor):
+        """The text_formatting jobs that ran since `cursor`: [(key, worker address)]."""
+        records = self.client.run_on_scheduler(
+            lambda dask_scheduler: dask_scheduler.get_task_stream(start_index=cursor))
+        return [(r["key"], r["worker"]) for r in records
+                if str(r["key"]).startswith("format_part-")]
 
-    def stop(self):
+    def close(self):
+        self.client.close()
         for process in reversed(self.processes):
             if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in self.processes:
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
+                process.terminate()
+                try:
+                    process.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()

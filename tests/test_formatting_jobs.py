@@ -17,73 +17,13 @@ from bertprep_support import BOOKS, REPO, TABLE_DUMP, WIKI_DUMP, run_bertprep
 
 distributed = pytest.importorskip("distributed")
 
+from dask_cluster import DaskCluster  # noqa: E402
+
 from data_prep.bertprep import formatting_jobs as fj  # noqa: E402
 from data_prep.bertprep import text_formatting as tf  # noqa: E402
 
 RANGE_BYTES = 64 << 10  # the books (150 and 740 kB) are cut into a dozen ranges
 FORMATTED = "formatted_one_article_per_line"
-
-
-class DaskCluster:
-    """A scheduler and workers as child processes on 127.0.0.1, stopped by pid."""
-
-    def __init__(self, folder):
-        self.folder = folder
-        self.scheduler_file = str(folder / "scheduler.json")
-        self.processes = []
-        self.workers = 0
-        self._start("scheduler", ["distributed.cli.dask_scheduler", "--host", "127.0.0.1",
-                                  "--port", "0", "--no-dashboard"])
-        deadline = time.monotonic() + 60
-        while not os.path.exists(self.scheduler_file):
-            assert time.monotonic() < deadline, "the Dask scheduler did not start"
-            time.sleep(0.1)
-        self.client = distributed.Client(scheduler_file=self.scheduler_file, timeout="60s")
-
-    def _start(self, name, args, env=None):
-        log = open(self.folder / f"{name}-{len(self.processes)}.log", "wb")
-        process = subprocess.Popen(
-            [sys.executable, "-m"] + args + ["--scheduler-file", self.scheduler_file],
-            cwd=REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=dict(os.environ, PYTHONPATH=REPO, **(env or {})))
-        log.close()
-        self.processes.append(process)
-        return process
-
-    def add_workers(self, count, env=None, nanny=True):
-        process = self._start("worker", ["distributed.cli.dask_worker", "--nworkers",
-                                         str(count), "--nthreads", "1", "--no-dashboard"]
-                              + ([] if nanny else ["--no-nanny"]), env)
-        self.workers += count
-        self.client.wait_for_workers(self.workers, timeout=60)
-        return process
-
-    def kill(self, process, lost_workers):
-        process.kill()
-        process.wait(timeout=30)
-        self.workers -= lost_workers
-
-    def task_cursor(self):
-        return self.client.run_on_scheduler(
-            lambda dask_scheduler: dask_scheduler.get_task_stream_index())
-
-    def format_tasks_since(self, cursor):
-        """The text_formatting jobs that ran since `cursor`: [(key, worker address)]."""
-        records = self.client.run_on_scheduler(
-            lambda dask_scheduler: dask_scheduler.get_task_stream(start_index=cursor))
-        return [(r["key"], r["worker"]) for r in records
-                if str(r["key"]).startswith("format_part-")]
-
-    def close(self):
-        self.client.close()
-        for process in reversed(self.processes):
-            if process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
 
 
 @pytest.fixture(scope="module")

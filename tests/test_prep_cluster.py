@@ -12,10 +12,11 @@ import time
 import pytest
 
 from bertprep_support import REPO, assert_clean_error, copy_working_dir, formatted_corpus, run_bertprep
-from dask_cluster import LocalDask
 from kill_support import file_digests, kill_tree
 
 pytest.importorskip("distributed")
+
+from dask_cluster import DaskCluster  # noqa: E402
 
 SHARD_FLAGS = ["--dataset", "books_wiki_en_corpus", "--n_training_shards", "4",
                "--n_test_shards", "1", "--fraction_test_set", "0.05"]
@@ -62,17 +63,16 @@ def reference(formatted, minilm_vocab, tmp_path_factory):
 
 @pytest.fixture
 def dask(tmp_path):
-    cluster = LocalDask(tmp_path / "dask").start()
+    cluster = DaskCluster(tmp_path / "dask")
     yield cluster
-    cluster.stop()
+    cluster.close()
 
 
 @pytest.mark.slow
 def test_the_same_bytes_on_1_2_and_4_workers(reference, formatted, minilm_vocab, dask, tmp_path):
     for count in (1, 2, 4):
-        while len([p for p in dask.processes if p.poll() is None]) - 1 < count:
-            dask.add_worker()
-        dask.wait_for_workers(count)
+        while dask.workers < count:
+            dask.add_workers(1)
         wd = copy_working_dir(formatted, str(tmp_path / f"workers_{count}"))
         proc = bertprep(wd, "sharding", minilm_vocab, "--dask_scheduler", dask.scheduler_file)
         assert proc.returncode == 0, proc.stderr[-2000:]
@@ -97,13 +97,12 @@ def test_a_worker_killed_mid_shard_has_its_work_redone(reference, formatted, min
     first in sharding, then in create_tfrecord_files: Dask gives its job to the other worker,
     the run ends with every shard, no temporary is left, and the bytes are one process's."""
     wd = copy_working_dir(formatted, str(tmp_path / "wd"))
-    dask.add_worker()
+    dask.add_workers(1)
     for action, point in (("sharding", "shard_opened"), ("create_tfrecord_files",
                                                          "records_opened")):
         marker = tmp_path / f"paused-{action}"
-        doomed = dask.add_worker(nanny=False, env={"BERT_PAUSE_AT": point,
-                                                   "BERT_PAUSE_MARKER": str(marker)})
-        dask.wait_for_workers(2)
+        doomed = dask.add_workers(1, nanny=False, env={"BERT_PAUSE_AT": point,
+                                                       "BERT_PAUSE_MARKER": str(marker)})
         run = subprocess.Popen(
             [sys.executable, os.path.join(REPO, "bertPrep.py"), "--working_dir", wd,
              "--action", action, "--vocab_file", minilm_vocab, *SHARD_FLAGS, *RECORD_FLAGS,
@@ -113,8 +112,7 @@ def test_a_worker_killed_mid_shard_has_its_work_redone(reference, formatted, min
         try:
             _wait_for(marker, run)
             assert int(marker.read_text()) == doomed.pid
-            doomed.kill()
-            doomed.wait(timeout=30)
+            dask.kill(doomed, lost_workers=1)
             out, err = run.communicate(timeout=600)
         finally:
             kill_tree(run)
@@ -161,8 +159,7 @@ def test_a_rerun_after_the_coordinator_is_killed_writes_only_the_missing_shards(
 
 def test_bad_utf8_in_the_middle_is_one_line_naming_file_and_offset_from_a_worker(dask,
                                                                                  tmp_path):
-    dask.add_worker()
-    dask.wait_for_workers(1)
+    dask.add_workers(1)
     corpus = tmp_path / "corpus.txt"
     good = "First sentence here. Second one follows.\n"
     corpus.write_bytes((good * 30).encode() + b"Bad \xff byte.\n" + good.encode() * 5)
