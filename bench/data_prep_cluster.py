@@ -4,18 +4,22 @@ bertPrep pipeline, LDDL) through bench/data_prep_peers.py; a projection to clust
 
 For each corpus size (GB, built by bench/scaled_corpus.py from ../shared/data) the shard
 count grows with the corpus (``--shard_mb`` MB of text a shard, as one would choose it), so a
-worker's memory is measured at a fixed shard size: it must not grow with the corpus. Each run:
+worker's memory is measured at a fixed shard size: it must not grow with the corpus. Two kinds
+of records: ``static`` (NVIDIA's TF phase 1: masked, dupe factor 5: what NVIDIA's pipeline
+makes) and ``dynamic`` (unmasked, dupe factor 1, masked at training time: the work LDDL does).
+Each run of the plan (``SIZE:KIND:WORKERS,...;...``; workers 0 = one process, no Dask):
 
-* ``local``: ``bertPrep.py --n_processes 1`` (no Dask): the baseline, and the reference bytes;
+* ``local 1``: ``bertPrep.py --n_processes 1`` (no Dask): the baseline;
 * ``dask W``: a fresh Dask cluster of this machine (scheduler + W single-threaded workers,
   ``--no-nanny`` so the worker processes are the ones measured), ``--dask_scheduler FILE``.
 
 Per stage: wall seconds, CPU seconds of the workers (psutil, the processes' own time), CPU
 seconds per GB, peak RSS of the largest worker (sampled every 0.1 s), and whether every output
-file is the local run's bytes. Dask's cost per job is measured apart (2000 empty jobs).
+file is the same bytes as the first run of its size and kind. Dask's cost per job is measured
+apart (2000 empty jobs).
 
-    python bench/data_prep_cluster.py [--sizes 0.1,1] [--workers 1,2,4] [--shard_mb 25]
-        [--peers nvidia,lddl --peer_size 0.1] [--json bench/results/data_prep_cluster.json]
+    python bench/data_prep_cluster.py [--plan "0.1:static:0,1,2,4;1:dynamic:1,2,4"]
+        [--shard_mb 25] [--json bench/results/data_prep_cluster.json]
         [--plot bench/results/data_prep_cluster.png]
 
 Needs free disk of about 4x the largest corpus. Run it on a quiet machine.
@@ -38,8 +42,13 @@ sys.path.insert(0, os.path.join(REPO, "tests"))
 
 from machine import cpu_name  # noqa: E402
 
-RECORD_FLAGS = ["--max_seq_length", "128", "--max_predictions_per_seq", "20",
-                "--dupe_factor", "5", "--masked_lm_prob", "0.15"]   # NVIDIA's phase 1
+RECORD_FLAGS = {
+    "static": ["--max_seq_length", "128", "--max_predictions_per_seq", "20",
+               "--dupe_factor", "5", "--masked_lm_prob", "0.15"],      # NVIDIA's phase 1
+    "dynamic": ["--max_seq_length", "128", "--masking", "dynamic", "--dupe_factor", "1"],
+}
+DEFAULT_PLAN = ("0.1:static:0,1,2,4;0.1:dynamic:0,1,2,4;1:dynamic:1,2,4;1:static:2;"
+                "4:dynamic:2")
 
 
 def vocab_file():
@@ -102,14 +111,29 @@ def digests(folder):
     return found
 
 
-def run_stage(wd, corpus, action, shards, where, watch_pids):
+def raw_text(corpus):
+    """The corpus as a user brings it: documents as blank-line-separated blocks (what
+    ``text_formatting --dataset custom`` reads), written once beside the corpus."""
+    raw = corpus[:-len(".txt")] + ".blocks.txt"
+    if not os.path.exists(raw):
+        with open(corpus, "rb") as source, open(raw + ".tmp", "wb") as out:
+            for line in source:
+                out.write(line.rstrip(b"\n") + b"\n\n")
+        os.replace(raw + ".tmp", raw)
+    return raw
+
+
+STAGES = ("text_formatting", "sharding", "create_tfrecord_files")
+
+
+def run_stage(wd, raw, action, shards, kind, where, watch_pids):
     args = [sys.executable, os.path.join(REPO, "bertPrep.py"), "--working_dir", wd,
-            "--action", action, "--dataset", "custom", "--input", corpus,
+            "--action", action, "--dataset", "custom",
             "--n_training_shards", str(shards), "--n_test_shards", "1",
-            "--fraction_test_set", "0.001", "--vocab_file", vocab_file(), *RECORD_FLAGS,
+            "--fraction_test_set", "0.001", "--vocab_file", vocab_file(), *RECORD_FLAGS[kind],
             *where]
-    if action == "create_tfrecord_files":
-        args = [a for a in args if a not in ("--input", corpus)]
+    if action == "text_formatting":
+        args += ["--input", raw]
     env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
     t0 = time.perf_counter()
     process = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.PIPE,
@@ -155,15 +179,16 @@ def job_overhead(folder, jobs=2000):
     return dask_s, pool_s
 
 
-def measure(size_gb, worker_counts, shard_mb, scratch):
+def measure(size_gb, kind, worker_counts, shard_mb, scratch):
     from scaled_corpus import corpus_path
     corpus = corpus_path(size_gb)
+    raw = raw_text(corpus)
     size = os.path.getsize(corpus)
     shards = max(2, round(size / (shard_mb * 1e6)))
     rows = []
     reference = None
-    for workers in [0] + list(worker_counts):   # 0: local, one process, no Dask
-        wd = os.path.join(scratch, f"{size_gb:g}gb_{workers}")
+    for workers in worker_counts:   # 0: local, one process, no Dask
+        wd = os.path.join(scratch, f"{size_gb:g}gb_{kind}_{workers}")
         shutil.rmtree(wd, ignore_errors=True)
         os.makedirs(wd)
         cluster = start_dask(os.path.join(wd, ".dask"), workers) if workers else None
@@ -171,62 +196,108 @@ def measure(size_gb, worker_counts, shard_mb, scratch):
                  else ["--n_processes", "1"])
         watch = [p.pid for p in cluster.worker_processes] if cluster else []
         try:
-            for action in ("sharding", "create_tfrecord_files"):
-                stats = run_stage(wd, corpus, action, shards, where, watch)
-                rows.append({"size_gb": size / 1e9, "shards": shards, "stage": action,
+            for action in STAGES:
+                stats = run_stage(wd, raw, action, shards, kind, where, watch)
+                rows.append({"size_gb": size / 1e9, "shards": shards, "kind": kind,
+                             "stage": action,
                              "engine": f"dask {workers}" if workers else "local 1",
                              "workers": max(1, workers), **stats,
                              "cpu_s_per_gb": stats["cpu_s"] / (size / 1e9),
                              "wall_s_per_gb": stats["wall_s"] / (size / 1e9)})
+                print(json.dumps(rows[-1]), flush=True)
         finally:
             if cluster:
                 cluster.close()
         got = {k: v for k, v in digests(wd).items() if not k.startswith(".dask")}
         if reference is None:
             reference = got
-        for row in rows[-2:]:
+        for row in rows[-len(STAGES):]:
             row["same_bytes"] = got == reference
         shutil.rmtree(wd, ignore_errors=True)
-        print(json.dumps(rows[-1]), flush=True)
     return rows
+
+
+def measure_peers(peers, size_gb, workers, shard_mb, scratch):
+    """NVIDIA's bertPrep pipeline and LDDL on the same corpus (bench/data_prep_peers.py)."""
+    import data_prep_peers
+    from scaled_corpus import corpus_path
+    corpus = corpus_path(size_gb)
+    size = os.path.getsize(corpus)
+    shards = max(2, round(size / (shard_mb * 1e6)))
+    rows = []
+    for peer in peers:
+        out = os.path.join(scratch, f"peer_{peer}")
+        if peer == "nvidia":
+            result = data_prep_peers.run_nvidia(corpus, out, workers, shards=(shards, 1))
+        else:
+            result = data_prep_peers.run_lddl(corpus, out, workers, shards=shards + 1)
+        for stage, wall in result["stages"].items():
+            if stage == "source":   # our rewrite into LDDL's input layout: not LDDL's work
+                continue
+            peaks = result["peak_rss_mb"].get(stage, {})
+            rows.append({"size_gb": size / 1e9, "shards": shards, "kind": "static",
+                         "stage": f"{peer}: {stage}", "engine": f"{peer} {workers}",
+                         "workers": workers, "wall_s": wall,
+                         "cpu_s": result["stage_cpu"][stage],
+                         "cpu_s_per_gb": result["stage_cpu"][stage] / (size / 1e9),
+                         "wall_s_per_gb": wall / (size / 1e9),
+                         "peak_rss_mb": max(peaks.values()) if peaks else 0.0,
+                         "same_bytes": None, "instances": result.get("instances")})
+            print(json.dumps(rows[-1]), flush=True)
+        shutil.rmtree(out, ignore_errors=True)
+    return rows
+
+
+def same(row):
+    if row.get("same_bytes") is None:
+        return "-"
+    return "yes" if row["same_bytes"] else "NO"
 
 
 def print_table(rows, cpu):
     print(f"\nbertPrep on Dask, {cpu}")
-    print(f"{'GB':>6} {'shards':>6} {'stage':<22} {'engine':<8} {'wall s':>8} {'CPU s':>8} "
+    print(f"{'GB':>6} {'shards':>6} {'kind':<7} {'stage':<30} {'engine':<8} {'wall s':>8} "
+          f"{'CPU s':>8} "
           f"{'CPU s/GB':>9} {'wall s/GB':>9} {'peak RSS/worker MB':>19} {'same bytes':>10}")
     for r in rows:
-        print(f"{r['size_gb']:6.2f} {r['shards']:6d} {r['stage']:<22} {r['engine']:<8} "
+        print(f"{r['size_gb']:6.2f} {r['shards']:6d} {r['kind']:<7} {r['stage']:<30} "
+              f"{r['engine']:<8} "
               f"{r['wall_s']:8.1f} {r['cpu_s']:8.1f} {r['cpu_s_per_gb']:9.1f} "
               f"{r['wall_s_per_gb']:9.1f} {r['peak_rss_mb']:19.0f} "
-              f"{'yes' if r.get('same_bytes') else 'NO':>10}")
+              f"{same(r):>10}")
 
 
 def plot(rows, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for ax, stage in zip(axes, ("sharding", "create_tfrecord_files")):
-        for engine in sorted({r["engine"] for r in rows}):
+    fig, axes = plt.subplots(1, len(STAGES), figsize=(5 * len(STAGES), 4))
+    for ax, stage in zip(axes, STAGES):
+        for kind, engine in sorted({(r["kind"], r["engine"]) for r in rows
+                                    if r["stage"] in STAGES}):
             points = sorted((r["size_gb"], r["wall_s"]) for r in rows
-                            if r["stage"] == stage and r["engine"] == engine)
-            ax.plot(*zip(*points), marker="o", label=engine)
+                            if r["stage"] == stage and r["engine"] == engine
+                            and r["kind"] == kind)
+            ax.plot(*zip(*points), marker="o", label=f"{kind}, {engine}")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("corpus GB")
         ax.set_ylabel("wall seconds")
         ax.set_title(stage)
-        ax.legend()
+        ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default="0.1,1")
-    parser.add_argument("--workers", default="1,2,4")
+    parser.add_argument("--plan", default=DEFAULT_PLAN,
+                        help="SIZE_GB:static|dynamic:WORKERS,...;... (workers 0: no Dask)")
     parser.add_argument("--shard_mb", type=float, default=25)
+    parser.add_argument("--peers", default="nvidia,lddl",
+                        help="peers run on --peer_size GB with --peer_workers ('' for none)")
+    parser.add_argument("--peer_size", type=float, default=0.1)
+    parser.add_argument("--peer_workers", type=int, default=2)
     parser.add_argument("--scratch", default=None)
     parser.add_argument("--json", default=None)
     parser.add_argument("--plot", default=None)
@@ -236,9 +307,13 @@ def main():
     dask_s, pool_s = job_overhead(os.path.join(scratch, "overhead"))
     print(f"cost of an empty job: Dask {dask_s * 1e3:.2f} ms, process pool {pool_s * 1e3:.2f} ms")
     rows = []
-    for size in (float(s) for s in args.sizes.split(",")):
-        rows += measure(size, [int(w) for w in args.workers.split(",")], args.shard_mb,
+    for item in args.plan.split(";"):
+        size, kind, workers = item.split(":")
+        rows += measure(float(size), kind, [int(w) for w in workers.split(",")], args.shard_mb,
                         scratch)
+    if args.peers:
+        rows += measure_peers(args.peers.split(","), args.peer_size, args.peer_workers,
+                              args.shard_mb, scratch)
     print_table(rows, cpu)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
