@@ -10,7 +10,8 @@ so where a job runs cannot change a byte of the output. This module runs such jo
   ``tcp://node1:8786``, or the scheduler file ``dask scheduler --scheduler-file F`` wrote; the
   Slurm script ``scripts/prep.sub`` starts one inside the allocation);
 * ``--hosts a:8,b:8``: a Dask scheduler in this process and, over ``ssh`` (the user's own ssh,
-  keys and config, as ``horovodrun -H`` uses them), ``dask worker`` with 8 single-threaded
+  keys and config, and ``SSH_PORT`` when set, as ``horovodrun -H`` uses them via
+  scripts/run.sub), ``dask worker`` with 8 single-threaded
   worker processes on each host; shut down at the end.
 
 Why Dask (docs/data_preparation.md, "Why Dask"): it is LDDL's engine, it re-runs the jobs of a
@@ -219,11 +220,17 @@ class DaskRunner:
         hosts = [parse_host(h) for h in self.options.hosts]
         # The scheduler listens on every interface; workers reach it at the address this
         # machine uses to reach the first host (the loopback for 127.0.0.x "hosts").
+        # No dashboard; its HTTP server (always started) on a free port, not on 8787, which
+        # another Dask on this machine may hold (a "Port 8787 is already in use" warning).
         self.cluster = LocalCluster(n_workers=0, host="0.0.0.0", scheduler_port=0,
-                                    dashboard_address=None, processes=True)
+                                    dashboard_address=None, processes=True,
+                                    scheduler_kwargs={"dashboard_address": ":0"})
         port = self.cluster.scheduler.port
         address = f"tcp://{_route_to(hosts[0][0])}:{port}"
         self.client = Client(self.cluster)
+        # SSH_PORT: the hosts' sshd port, as scripts/run.sub passes it to horovodrun -p.
+        port_of_sshd = os.environ.get("SSH_PORT", "").strip()
+        ssh_port = ["-p", port_of_sshd] if port_of_sshd else []
         expected = 0
         for host, slots in hosts:
             workers = slots or max(1, self.options.n_processes)
@@ -232,7 +239,7 @@ class DaskRunner:
                        f"{shlex.quote(sys.executable)} -m distributed.cli.dask_worker "
                        f"{address} --nworkers {workers} --nthreads 1 --no-dashboard "
                        f"--death-timeout 60 --name {shlex.quote(host)}")
-            process = subprocess.Popen(["ssh", "-o", "BatchMode=yes", host, command],
+            process = subprocess.Popen(["ssh", "-o", "BatchMode=yes", *ssh_port, host, command],
                                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                        stderr=subprocess.PIPE)
             self.ssh_workers.append((host, process))
