@@ -13,6 +13,7 @@ import pytest
 
 from bertprep_support import REPO, assert_clean_error, copy_working_dir, formatted_corpus, run_bertprep
 from kill_support import file_digests, kill_tree
+from data_prep.bertprep import sharding
 
 pytest.importorskip("distributed")
 
@@ -32,9 +33,11 @@ def bertprep(wd, action, vocab, *where, env=None):
 
 
 def outputs(wd):
-    """sha256 of every shard and record file (and .meta), by path under the working dir."""
+    """sha256 of every shard and record file (and .meta), by path under the working dir: all
+    there is but the finished sharding's plan."""
     return {os.path.join(part, path): digest for part in (SHARDS, RECORDS)
-            for path, digest in file_digests(os.path.join(wd, part)).items()}
+            for path, digest in file_digests(os.path.join(wd, part)).items()
+            if path != sharding.DONE}   # the plan names this working dir's inputs
 
 
 def prepare(wd, vocab, *where):
@@ -124,7 +127,8 @@ def test_a_worker_killed_mid_shard_has_its_work_redone(reference, formatted, min
 def test_a_rerun_after_the_coordinator_is_killed_writes_only_the_missing_shards(
         reference, formatted, minilm_vocab, tmp_path):
     """Sharding killed (kill -9) after 2 of its 5 shards: no shard under a final name, records
-    refused in one line; the rerun keeps the 2 (not rewritten) and writes the 3 others."""
+    refused in one line; the rerun keeps the 2 (not rewritten) and writes the 3 others. Once
+    finished, the same command has nothing to do, and other flags shard anew."""
     wd = copy_working_dir(formatted, str(tmp_path / "wd"))
     marker = tmp_path / "paused"
     run = subprocess.Popen(
@@ -155,6 +159,15 @@ def test_a_rerun_after_the_coordinator_is_killed_writes_only_the_missing_shards(
     records = bertprep(wd, "create_tfrecord_files", minilm_vocab, "--n_processes", "1")
     assert records.returncode == 0, records.stderr[-2000:]
     assert outputs(wd) == reference
+
+    # Finished: the same command again has nothing to do; another seed shards anew.
+    finished = {n: os.stat(os.path.join(shards, n)).st_mtime_ns for n in os.listdir(shards)}
+    again = bertprep(wd, "sharding", minilm_vocab, "--n_processes", "1")
+    assert "all 5 shards of these inputs and flags are complete" in again.stdout, again.stdout
+    assert {n: os.stat(os.path.join(shards, n)).st_mtime_ns for n in os.listdir(shards)} \
+        == finished
+    reseeded = bertprep(wd, "sharding", minilm_vocab, "--n_processes", "1", "--sharding_seed", "7")
+    assert "writing 5 shards" in reseeded.stdout, reseeded.stdout
 
 
 def test_bad_utf8_in_the_middle_is_one_line_naming_file_and_offset_from_a_worker(dask,

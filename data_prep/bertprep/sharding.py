@@ -27,7 +27,9 @@ How, with memory bounded by a document rather than by the corpus:
    every shard is written all move to their final names, and the staging folder's plan
    (inputs, sizes, options) goes last: a folder never holds an incomplete set of shards
    under final names without the plan saying so (``unfinished``), and a rerun of the same plan
-   after a crash or a lost worker writes only the shards that are missing.
+   after a crash or a lost worker writes only the shards that are missing.  The plan of a
+   finished run stays beside its shards (``.sharding-plan.json``): a rerun of the same inputs
+   and flags has nothing to do.
 
 The shards are the same bytes for any number of processes, workers or hosts.
 
@@ -278,6 +280,7 @@ def shard_paths(output_dir: str, prefix: str, n_training: int, n_test: int
 STAGING = ".sharding-in-progress"   # under the output folder; hidden from list_shards
 PLAN = "plan.json"
 MOVING = "moving"                   # written before the first shard moves to its final name
+DONE = ".sharding-plan.json"        # the plan of the complete shards in the output folder
 
 
 def staging_dir(output_dir: str) -> str:
@@ -332,16 +335,31 @@ def _prepare_staging(folder: str, plan: dict, names: Sequence[str], log) -> List
     return kept
 
 
+def _complete(output_dir: str, plan: dict, prefix: str, options: ShardingOptions) -> bool:
+    """Whether the output folder holds every shard of `plan` (a finished run of the same
+    inputs and flags): a rerun then has nothing to do."""
+    import json
+    try:
+        with open(os.path.join(output_dir, DONE), encoding="utf-8") as f:
+            if json.load(f) != plan:
+                return False
+    except (OSError, ValueError):
+        return False
+    train, test = shard_paths(output_dir, prefix, options.n_training_shards,
+                              options.n_test_shards)
+    return not unfinished(output_dir) and all(os.path.isfile(p) for p in train + test)
+
+
 def _publish(folder: str, output_dir: str, names: Sequence[str]) -> None:
-    """Moves every staged shard to its final name, then removes the plan (last: while it
-    exists, ``unfinished`` says so and a rerun completes the move)."""
+    """Moves every staged shard to its final name, then the plan beside them (last: while it
+    is staged, ``unfinished`` says so and a rerun completes the move)."""
     with open(os.path.join(folder, MOVING), "w", encoding="ascii") as f:
         os.fsync(f.fileno())
     for name in names:
         staged = os.path.join(folder, name)
         if os.path.exists(staged):
             os.replace(staged, os.path.join(output_dir, name))
-    os.remove(os.path.join(folder, PLAN))
+    os.replace(os.path.join(folder, PLAN), os.path.join(output_dir, DONE))
     with contextlib.suppress(OSError):
         os.remove(os.path.join(folder, MOVING))
     remove_stale_temporaries(folder)  # a lost worker's half-written shard
@@ -395,8 +413,17 @@ def shard_corpus(input_files: Sequence[str], output_dir: str, prefix: str,
         raise ShardingError(output_dir, f"cannot create output folder: {e.strerror or e}") \
             from None
     _splitter(options.sentence_splitter)  # fail early (and once) on an unusable splitter
-    cluster = cluster or ClusterOptions(n_processes=options.n_processes)
     stats = ShardingStats()
+    plan = _plan(input_files, prefix, options)
+    if _complete(output_dir, plan, prefix, options):
+        train_paths, test_paths = shard_paths(output_dir, prefix, options.n_training_shards,
+                                              options.n_test_shards)
+        stats.shard_files = train_paths + test_paths
+        stats.shard_bytes = [os.path.getsize(path) for path in stats.shard_files]
+        log(f"sharding: all {len(stats.shard_files)} shards of these inputs and flags are "
+            f"complete in {output_dir}: nothing to do")
+        return stats
+    cluster = cluster or ClusterOptions(n_processes=options.n_processes)
     with job_runner(cluster, output_dir) as runner:
         t0 = time.perf_counter()
         jobs = index_ranges(input_files)
@@ -425,7 +452,7 @@ def shard_corpus(input_files: Sequence[str], output_dir: str, prefix: str,
         final_paths = train_paths + test_paths
         names = [os.path.basename(path) for path in final_paths]
         folder = staging_dir(output_dir)
-        done = set(_prepare_staging(folder, _plan(input_files, prefix, options), names, log))
+        done = set(_prepare_staging(folder, plan, names, log))
         # A crash while moving: the shards already moved are done too.
         if os.path.exists(os.path.join(folder, MOVING)):
             done |= {n for n in names if os.path.exists(os.path.join(output_dir, n))}

@@ -122,9 +122,16 @@ def _worker_sees(path: str) -> Tuple[str, bool]:
     return socket.gethostname(), os.path.exists(path)
 
 
-def _worker_setup(initializer) -> None:
-    if initializer is not None:
-        initializer()
+def _setup_plugin(initializer):
+    """A Dask worker plugin calling `initializer` on every worker, also on workers that join
+    after the run started (a late node of a Slurm job, a replacement for a lost worker)."""
+    from distributed.diagnostics.plugin import WorkerPlugin
+
+    class Setup(WorkerPlugin):
+        def setup(self, worker):
+            initializer()
+
+    return Setup()
 
 
 class DaskRunner:
@@ -154,7 +161,8 @@ class DaskRunner:
                 self._connect(self.options.dask_scheduler)
             self._check_shared_dir()
             if self.initializer is not None:
-                self.client.run(_worker_setup, self.initializer)
+                self.client.register_plugin(_setup_plugin(self.initializer),
+                                            name=f"bertprep-setup-{self.initializer.__name__}")
         except BaseException:
             self.__exit__(None, None, None)
             raise
@@ -284,6 +292,11 @@ class DaskRunner:
                     continue
                 except DataPrepError as e:
                     yield name, None, e
+                    continue
+                except Exception as e:  # noqa: BLE001 - a worker's environment, not our input
+                    first = str(e).splitlines()[0] if str(e) else ""
+                    yield name, None, DataPrepError(name, f"failed on a Dask worker: "
+                                                          f"{type(e).__name__}: {first}")
                     continue
                 yield name, result, None
         finally:
