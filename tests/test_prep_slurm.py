@@ -39,15 +39,16 @@ def slurm():
     cluster.stop()
 
 
-def submit(slurm, folder, wd, vocab, **env):
+def submit(slurm, folder, wd, vocab, stages=STAGES,
+           corpus=("--dataset", "books_wiki_en_corpus"), **env):
     """`sbatch --nodes=1 /path/to/scripts/prep.sub sharding create_tfrecord_files FLAGS`
-    from `folder`; (job id, path of its output file)."""
+    (or other `stages` of another `corpus`) from `folder`; (job id, path of its output)."""
     job_env = dict(os.environ, PYTHON=sys.executable, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2",
                    **env)
     for name in ("BERT_PREP_WORKING_DIR", "WORKERS_PER_NODE", "NETWORK_INTERFACE"):
         job_env.pop(name, None)
-    job_id = slurm.sbatch(["--nodes=1", os.path.join(REPO, "scripts", "prep.sub"), *STAGES,
-                           "--working_dir", wd, "--dataset", "books_wiki_en_corpus",
+    job_id = slurm.sbatch(["--nodes=1", os.path.join(REPO, "scripts", "prep.sub"), *stages,
+                           "--working_dir", wd, *corpus,
                            "--vocab_file", vocab, *SHARD_FLAGS, *RECORD_FLAGS],
                           env=job_env, cwd=str(folder))
     return job_id, slurm.job(job_id)["StdOut"]
@@ -156,3 +157,28 @@ def test_what_prep_sub_cannot_do_is_one_line_before_anything_starts(args, refusa
     assert result.stderr.splitlines() == [result.stderr.strip()], result.stderr
     assert result.stderr.startswith(f"prep.sub: {refusal}"), result.stderr
     assert os.listdir(tmp_path) == []   # no .dask folder, nothing started
+
+
+@pytest.mark.slow
+def test_prep_sub_from_raw_text_formats_shards_and_writes_records_as_one_machine(
+        slurm, shared_data, minilm_vocab, tmp_path):
+    """The whole path from a folder of raw text (`text_formatting sharding
+    create_tfrecord_files --dataset custom --input FOLDER`: only the first stage reads
+    --input) gives the bytes of the same three stages run by one process."""
+    from bertprep_support import run_bertprep
+    raw = ("--dataset", "custom", "--input", os.path.join(shared_data, "books"))
+    stages = ("text_formatting", "sharding", "create_tfrecord_files")
+    local = str(tmp_path / "local")
+    for index, stage in enumerate(stages):
+        args = ["--working_dir", local, "--action", stage, *raw[:2], "--vocab_file",
+                minilm_vocab, *SHARD_FLAGS, *RECORD_FLAGS, "--n_processes", "1"]
+        proc = run_bertprep(args + (list(raw[2:]) if index == 0 else []), timeout=600)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    wd = str(tmp_path / "slurm")
+    job_id, path = submit(slurm, tmp_path, wd, minilm_vocab, stages=stages, corpus=raw)
+    state, code, output = finish(slurm, job_id, path)
+    assert (state, code) == ("COMPLETED", 0), output[-4000:]
+    assert "Traceback" not in output, output[-4000:]
+    assert outputs(wd) == outputs(local)
+    assert any(name.startswith("formatted_one_article_per_line") for name in outputs(wd))
+    assert_nothing_left(wd)
