@@ -23,6 +23,8 @@ import subprocess
 import tempfile
 import time
 
+import pytest
+
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "scontrol", "sinfo", "scancel")
 # Terminal job states (scontrol's JobState=); COMPLETING is not one: processes still end.
@@ -292,3 +294,15 @@ class SlurmCluster:
                    and self.run(["sinfo", "--noheader", "-o", "%T"]).stdout.strip() == "idle",
                    60, "slurmd", "the node did not return to idle after the job")
         return record
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    """A real single-node Slurm for this module, or a skip saying why there is none."""
+    cluster = SlurmCluster()
+    try:
+        cluster.start()
+    except SlurmUnavailable as reason:
+        pytest.skip(f"no real Slurm on this machine: {reason}")
+    yield cluster
+    cluster.stop()

@@ -20,23 +20,11 @@ import pytest
 
 from bertprep_support import REPO, copy_working_dir
 from kill_support import file_digests
-from slurm_cluster import SlurmCluster, SlurmUnavailable
+from slurm_cluster import slurm  # noqa: F401 (the module's real Slurm: a fixture)
 from test_bertprep_resume import RECORD_FLAGS, SHARD_FLAGS
 from test_prep_cluster_hosts import STAGES, one_machine, outputs  # noqa: F401 (fixture)
 
 JOB_TIMEOUT = 600
-
-
-@pytest.fixture(scope="module")
-def slurm():
-    """A real single-node Slurm for this module, or a skip saying why there is none."""
-    cluster = SlurmCluster()
-    try:
-        cluster.start()
-    except SlurmUnavailable as reason:
-        pytest.skip(f"no real Slurm on this machine: {reason}")
-    yield cluster
-    cluster.stop()
 
 
 def submit(slurm, folder, wd, vocab, stages=STAGES,

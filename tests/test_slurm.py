@@ -25,7 +25,7 @@ import pytest
 import tensorflow as tf
 
 from pretraining_records import write_script_data
-from slurm_cluster import SlurmCluster, SlurmUnavailable
+from slurm_cluster import slurm  # noqa: F401 (the module's real Slurm: a fixture)
 from test_preemption import (ACCUMULATION, PHASE1_STEPS, TRAIN_STEPS,  # noqa: F401 (horovod)
                              assert_stopped_together_at_a_boundary, checkpoint_tensors, horovod,
                              script_env)
@@ -42,18 +42,6 @@ PHASE2_STEPS = TRAIN_STEPS // 10 * (32 * ACCUMULATION) // (8 * ACCUMULATION)
 # --exclusive, --time, --signal, --output=%x-%j.out) stay in force.
 SBATCH_OVERRIDES = ["--nodes=1", "--gpus-per-node=0"]
 JOB_TIMEOUT = 900
-
-
-@pytest.fixture(scope="module")
-def slurm():
-    """A real single-node Slurm for this module, or a skip saying why there is none."""
-    cluster = SlurmCluster()
-    try:
-        cluster.start()
-    except SlurmUnavailable as reason:
-        pytest.skip(f"no real Slurm on this machine: {reason}")
-    yield cluster
-    cluster.stop()
 
 
 @pytest.fixture(scope="module")
