@@ -13,8 +13,9 @@ Each run of the plan (``SIZE:KIND:WORKERS,...;...``; workers 0 = one process, no
 * ``dask W``: a fresh Dask cluster of this machine (scheduler + W single-threaded workers,
   ``--no-nanny`` so the worker processes are the ones measured), ``--dask_scheduler FILE``.
 
-Per stage: wall seconds, CPU seconds of the workers (psutil, the processes' own time), CPU
-seconds per GB, peak RSS of the largest worker (sampled every 0.1 s), and whether every output
+Per stage: wall seconds, CPU seconds of every process of the stage (bertPrep.py, its pool,
+and the workers' time during the stage; psutil), CPU seconds per GB, peak RSS of the largest
+worker (sampled every 0.1 s), and whether every output
 file is the same bytes as the first run of its size and kind. Dask's cost per job is measured
 apart (2000 empty jobs).
 
@@ -65,6 +66,14 @@ class PeakRss:
         self.processes = [psutil.Process(pid) for pid in pids]
         self.peak = {}
         self.cpu = {}
+        # Workers that outlive a stage: only the CPU they spend during it counts.
+        self.base = {}
+        for process in self.processes:
+            try:
+                times = process.cpu_times()
+                self.base[process.pid] = times.user + times.system
+            except psutil.Error:
+                pass
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -143,10 +152,11 @@ def run_stage(wd, raw, action, shards, kind, where, watch_pids):
     wall = time.perf_counter() - t0
     if process.returncode != 0:
         raise SystemExit(f"{action} failed: {err[-2000:]}")
-    workers = [pid for pid in memory.peak if pid != process.pid] or [process.pid]
-    if not watch_pids:   # local: bertPrep.py and its pool (if any) are the workers
-        workers = list(memory.peak)
-    return {"wall_s": wall, "cpu_s": sum(memory.cpu.get(pid, 0) for pid in workers),
+    workers = [pid for pid in memory.peak if pid in watch_pids] or list(memory.peak)
+    # CPU: every process of the stage (the workers' share during it, bertPrep.py and its
+    # pool); memory: the largest worker (locally, the largest of bertPrep.py and its pool).
+    cpu = sum(seconds - memory.base.get(pid, 0.0) for pid, seconds in memory.cpu.items())
+    return {"wall_s": wall, "cpu_s": cpu,
             "peak_rss_mb": max(memory.peak.get(pid, 0) for pid in workers) / 2**20}
 
 

@@ -43,8 +43,11 @@ class DaskCluster:
         return process
 
     def add_workers(self, count, env=None, nanny=True):
+        # --death-timeout: a worker whose scheduler is gone (a test or bench killed before
+        # its clean-up) ends by itself instead of running on.
         process = self._start("worker", ["distributed.cli.dask_worker", "--nworkers",
-                                         str(count), "--nthreads", "1", "--no-dashboard"]
+                                         str(count), "--nthreads", "1", "--no-dashboard",
+                                         "--death-timeout", "60"]
                               + ([] if nanny else ["--no-nanny"]), env)
         self.workers += count
         self.client.wait_for_workers(self.workers, timeout=60)
