@@ -116,6 +116,18 @@ def test_without_horovod_one_process_trains_on_every_gpu(stubs, repo_root):
     assert code == 128 + signal.SIGTERM
 
 
+def system_path_without(folder, names):
+    """A PATH holding what /usr/bin and /bin hold but `names` (links in `folder`): the
+    machine's tools without, e.g., an mpirun that this machine may have installed."""
+    folder.mkdir(exist_ok=True)
+    for system in ("/usr/bin", "/bin"):
+        for name in os.listdir(system):
+            link = folder / name
+            if name not in names and not os.path.lexists(link):
+                os.symlink(os.path.join(system, name), link)
+    return str(folder)
+
+
 @pytest.mark.parametrize("builds, horovodrun, extra, message", [
     ("gloo ", False, {},
      "num_gpus=2 needs Horovod for TensorFlow with Gloo (horovodrun) in {python}: "
@@ -128,8 +140,9 @@ def test_without_horovod_one_process_trains_on_every_gpu(stubs, repo_root):
      "{python}: bash scripts/install.sh builds it"),
 ], ids=["gloo_without_horovodrun", "mpi_without_mpirun", "several_nodes_without_horovod"])
 def test_no_usable_launcher_is_a_one_line_error(stubs, repo_root, builds, horovodrun, extra,
-                                                message):
-    env = dict(stubs["env"], PATH="/usr/bin:/bin", **extra)
+                                                message, tmp_path):
+    path = system_path_without(tmp_path / "bin", {"mpirun", "mpiexec", "orterun"})
+    env = dict(stubs["env"], PATH=path, **extra)
     if builds is not None:
         env["STUB_BUILDS"] = builds
     if not horovodrun:
