@@ -28,13 +28,13 @@ the error the one-machine run stops at.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from data_prep.bertprep import text_formatting as tf
 from data_prep.processes.pause_point import pause_point
+from data_prep.processes.staging import fingerprint, read_json, write_json
 
 SOURCES = ("wikipedia", "books", "custom")
 RANGE_BYTES = int(os.environ.get("BERT_PREP_FORMAT_RANGE_BYTES", str(256 << 20)))
@@ -122,7 +122,7 @@ def format_part(staging: str, name: str, source: str, path: str, start: int, end
                                 None if end == WHOLE_FILE else end)
         counts = {"documents": stats.documents, "dropped_empty": stats.dropped_empty,
                   "dropped_titles": stats.dropped_titles}
-        _write_json(os.path.join(staging, f"{name}.json"), counts)
+        write_json(os.path.join(staging, f"{name}.json"), counts)
         os.replace(tmp, final)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -131,23 +131,12 @@ def format_part(staging: str, name: str, source: str, path: str, start: int, end
     return counts
 
 
-def _write_json(path: str, value) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(value, f)
-    os.replace(tmp, path)
-
-
 # --------------------------------------------------------------------------- staging
 
 def _plan(source: str, files: Sequence[str], parts, options: dict) -> dict:
     """What decides the parts' bytes: staged parts are kept only by a run of the same plan."""
-    inputs = []
-    for path in files:
-        st = os.stat(path)
-        inputs.append([os.path.abspath(path), st.st_size, st.st_mtime_ns])
     deciding = {k: v for k, v in options.items() if k != "processes"}
-    return {"source": source, "options": deciding, "inputs": inputs,
+    return {"source": source, "options": deciding, "inputs": fingerprint(files),
             "parts": [[os.path.abspath(p), s, e] for p, s, e in parts]}
 
 
@@ -155,18 +144,10 @@ def _prepare_staging(folder: str, plan: dict, names: Sequence[str]) -> Dict[str,
     """Makes `folder` hold only complete parts of `plan`; returns {name: counts} of those."""
     kept: Dict[str, dict] = {}
     if os.path.isdir(folder):
-        try:
-            with open(os.path.join(folder, PLAN), encoding="utf-8") as f:
-                same = json.load(f) == plan
-        except (OSError, ValueError):
-            same = False
+        same = read_json(os.path.join(folder, PLAN)) == plan
         for name in names if same else ():
-            try:
-                with open(os.path.join(folder, f"{name}.json"), encoding="utf-8") as f:
-                    counts = json.load(f)
-            except (OSError, ValueError):
-                continue
-            if os.path.isfile(os.path.join(folder, f"{name}.txt")):
+            counts = read_json(os.path.join(folder, f"{name}.json"))
+            if counts is not None and os.path.isfile(os.path.join(folder, f"{name}.txt")):
                 kept[name] = counts
         keep = {PLAN} | {f"{n}.txt" for n in kept} | {f"{n}.json" for n in kept}
         for entry in os.listdir(folder):
@@ -175,7 +156,7 @@ def _prepare_staging(folder: str, plan: dict, names: Sequence[str]) -> Dict[str,
                 with contextlib.suppress(OSError):
                     shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
     os.makedirs(folder, exist_ok=True)
-    _write_json(os.path.join(folder, PLAN), plan)
+    write_json(os.path.join(folder, PLAN), plan)
     return kept
 
 

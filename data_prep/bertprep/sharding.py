@@ -43,6 +43,7 @@ import contextlib
 import dataclasses
 import heapq
 import os
+import shutil
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -51,7 +52,7 @@ import numpy as np
 from data_prep.bertprep import sentence_segmentation
 from data_prep.errors import DataPrepError
 from data_prep.processes.pause_point import pause_point
-from data_prep.processes.temporaries import remove_stale_temporaries
+from data_prep.processes.staging import fingerprint, read_json, write_json
 
 
 class ShardingError(DataPrepError):
@@ -256,12 +257,15 @@ def write_staged_shard(staging_dir: str, name: str, files: Sequence[str],
                        file_index: np.ndarray, offset: np.ndarray, length: np.ndarray,
                        splitter: str = "auto") -> Tuple[str, int, int, int]:
     """A sharding job: writes shard `name` into the staging folder, complete or not at all
-    (``<name>.tmp-<pid>``, renamed when written); returns write_shard's tuple for `name`."""
+    (``<name>.tmp-<pid>``, renamed when written, after its counts in ``<name>.json``, which a
+    rerun keeping the shard reports without reading it); returns write_shard's tuple for
+    `name`."""
     final = os.path.join(staging_dir, name)
     tmp = f"{final}.tmp-{os.getpid()}"
     try:
         _, nbytes, documents, sentences = write_shard(tmp, files, file_index, offset, length,
                                                       splitter)
+        write_json(f"{final}.json", [nbytes, documents, sentences])
         os.replace(tmp, final)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -295,55 +299,46 @@ def unfinished(output_dir: str) -> bool:
 
 def _plan(input_files: Sequence[str], prefix: str, options: ShardingOptions) -> dict:
     """What decides the shards' bytes: a staged shard is kept only by a run of the same plan."""
-    inputs = []
-    for path in input_files:
-        st = os.stat(path)
-        inputs.append([os.path.abspath(path), st.st_size, st.st_mtime_ns])
-    return {"inputs": inputs, "prefix": prefix, "n_training_shards": options.n_training_shards,
+    return {"inputs": fingerprint(input_files), "prefix": prefix,
+            "n_training_shards": options.n_training_shards,
             "n_test_shards": options.n_test_shards,
             "fraction_test_set": options.fraction_test_set, "seed": options.seed,
             "sentence_splitter": options.sentence_splitter}
 
 
-def _prepare_staging(folder: str, plan: dict, names: Sequence[str], log) -> List[str]:
-    """Makes the staging folder hold only shards of `plan`; returns the names already done."""
-    import json
+def _prepare_staging(folder: str, output_dir: str, plan: dict, names: Sequence[str], log
+                     ) -> Dict[str, Tuple[str, int, int, int]]:
+    """Makes the staging folder hold only shards of `plan`; returns write_shard's tuple of
+    each shard already done (staged, or moved to its final name by a run that crashed while
+    moving), from the counts its job wrote."""
     plan_file = os.path.join(folder, PLAN)
-    kept = []
+    kept: Dict[str, Tuple[str, int, int, int]] = {}
     if os.path.isdir(folder):
-        try:
-            with open(plan_file, encoding="utf-8") as f:
-                same = json.load(f) == plan
-        except (OSError, ValueError):
-            same = False
-        for name in os.listdir(folder):
-            if same and name in names:
-                kept.append(name)
-            elif name != PLAN and not (same and name == MOVING):
+        same = read_json(plan_file) == plan
+        moving = same and os.path.exists(os.path.join(folder, MOVING))
+        for name in names if same else ():
+            counts = read_json(os.path.join(folder, f"{name}.json"))
+            if counts is not None and (os.path.isfile(os.path.join(folder, name)) or (
+                    moving and os.path.isfile(os.path.join(output_dir, name)))):
+                kept[name] = (name, *counts)
+        keep = {PLAN} | ({MOVING} if moving else set()) | set(kept) \
+            | {f"{name}.json" for name in kept}
+        for entry in os.listdir(folder):
+            if entry not in keep:
                 with contextlib.suppress(OSError):
-                    os.remove(os.path.join(folder, name))
+                    os.remove(os.path.join(folder, entry))
         if kept:
             log(f"sharding: {len(kept)} of {len(names)} shards kept from an unfinished run "
                 f"of the same inputs and options")
     os.makedirs(folder, exist_ok=True)
-    tmp = f"{plan_file}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(plan, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, plan_file)
+    write_json(plan_file, plan)
     return kept
 
 
 def _complete(output_dir: str, plan: dict, prefix: str, options: ShardingOptions) -> bool:
     """Whether the output folder holds every shard of `plan` (a finished run of the same
     inputs and flags): a rerun then has nothing to do."""
-    import json
-    try:
-        with open(os.path.join(output_dir, DONE), encoding="utf-8") as f:
-            if json.load(f) != plan:
-                return False
-    except (OSError, ValueError):
+    if read_json(os.path.join(output_dir, DONE)) != plan:
         return False
     train, test = shard_paths(output_dir, prefix, options.n_training_shards,
                               options.n_test_shards)
@@ -360,32 +355,8 @@ def _publish(folder: str, output_dir: str, names: Sequence[str]) -> None:
         if os.path.exists(staged):
             os.replace(staged, os.path.join(output_dir, name))
     os.replace(os.path.join(folder, PLAN), os.path.join(output_dir, DONE))
-    with contextlib.suppress(OSError):
-        os.remove(os.path.join(folder, MOVING))
-    remove_stale_temporaries(folder)  # a lost worker's half-written shard
-    with contextlib.suppress(OSError):
-        os.rmdir(folder)
-
-
-def _staged_sizes(folder: str, output_dir: str, names: Sequence[str], splitter: str):
-    """(bytes, documents, sentences) of shards done by an earlier run (counted again)."""
-    sizes = {}
-    for name in names:
-        path = os.path.join(folder, name)
-        if not os.path.exists(path):
-            path = os.path.join(output_dir, name)
-        documents = sentences = 0
-        with open(path, "rb") as f:
-            blank = True
-            for line in f:
-                if line.strip():
-                    sentences += 1
-                    blank = False
-                elif not blank:
-                    documents += 1
-                    blank = True
-        sizes[name] = (name, os.path.getsize(path), documents, sentences)
-    return sizes
+    # The rest: the counts, the moving mark, a lost worker's half-written shard.
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def shard_corpus(input_files: Sequence[str], output_dir: str, prefix: str,
@@ -452,15 +423,11 @@ def shard_corpus(input_files: Sequence[str], output_dir: str, prefix: str,
         final_paths = train_paths + test_paths
         names = [os.path.basename(path) for path in final_paths]
         folder = staging_dir(output_dir)
-        done = set(_prepare_staging(folder, plan, names, log))
-        # A crash while moving: the shards already moved are done too.
-        if os.path.exists(os.path.join(folder, MOVING)):
-            done |= {n for n in names if os.path.exists(os.path.join(output_dir, n))}
+        results = _prepare_staging(folder, output_dir, plan, names, log)
         t2 = time.perf_counter()
-        results = _staged_sizes(folder, output_dir, sorted(done), options.sentence_splitter)
         jobs = [(folder, name, index.files, index.file_index[ids], index.offset[ids],
                  index.length[ids], options.sentence_splitter)
-                for name, ids in zip(names, train + test) if name not in done]
+                for name, ids in zip(names, train + test) if name not in results]
         log(f"sharding: writing {len(jobs)} shards on {describe(cluster, runner)}")
         with bar(total=len(jobs), desc="shards", unit=" shard", enabled=progress) as shards:
             for name, result, error in runner.run(write_staged_shard, jobs,
