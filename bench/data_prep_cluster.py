@@ -109,11 +109,14 @@ class PeakRss:
 
 
 def digests(folder):
+    """sha256 of every output file. Left out: the log, and the stages' bookkeeping (names
+    starting with a dot, e.g. ``.sharding-plan.json``), which records the run's own input
+    paths and modification times, so it differs between two working folders by design."""
     found = {}
     for root, _, names in os.walk(folder):
         for name in names:
             path = os.path.join(root, name)
-            if name == "bertPrep.log":
+            if name == "bertPrep.log" or name.startswith("."):
                 continue
             with open(path, "rb") as f:
                 found[os.path.relpath(path, folder)] = hashlib.sha256(f.read()).hexdigest()
@@ -277,11 +280,56 @@ def print_table(rows, cpu):
               f"{same(r):>10}")
 
 
+def peer_totals(rows):
+    """(label, wall s, CPU s) of every engine that made static records of the peers' corpus:
+    ours by the stages the peers also do (sharding and records: the peers start from
+    formatted text), each peer by all its stages."""
+    peer_rows = [r for r in rows if ":" in r["stage"]]
+    if not peer_rows:
+        return []
+    size = peer_rows[0]["size_gb"]
+    totals = {}
+    for r in rows:
+        if r["kind"] != "static" or abs(r["size_gb"] - size) > 1e-9 or \
+                r["stage"] == "text_formatting":
+            continue
+        label = r["engine"] if ":" in r["stage"] else f"ours, {r['engine']}"
+        wall, cpu = totals.get(label, (0.0, 0.0))
+        totals[label] = (wall + r["wall_s"], cpu + r["cpu_s"])
+    return [(label, wall, cpu) for label, (wall, cpu) in totals.items()]
+
+
+def print_peer_totals(rows):
+    totals = peer_totals(rows)
+    ours = [t for t in totals if t[0].startswith("ours")]
+    if not ours or len(ours) == len(totals):
+        return
+    best_wall = min(wall for _, wall, _ in ours)
+    best_cpu = min(cpu for _, _, cpu in ours)
+    print("\nsame corpus, same run, static records, sharding + records (the peers start from "
+          "formatted text)")
+    print(f"{'engine':<16} {'wall s':>8} {'CPU s':>8} {'wall / ours':>12} {'CPU / ours':>11}")
+    for label, wall, cpu in totals:
+        print(f"{label:<16} {wall:8.1f} {cpu:8.1f} {wall / best_wall:12.1f} "
+              f"{cpu / best_cpu:11.1f}")
+
+
 def plot(rows, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, axes = plt.subplots(1, len(STAGES), figsize=(5 * len(STAGES), 4))
+    peers = peer_totals(rows)
+    fig, axes = plt.subplots(1, len(STAGES) + bool(peers),
+                             figsize=(5 * (len(STAGES) + bool(peers)), 4))
+    if peers:
+        ax = axes[-1]
+        x = range(len(peers))
+        ax.bar([i - 0.2 for i in x], [wall for _, wall, _ in peers], 0.4, label="wall s")
+        ax.bar([i + 0.2 for i in x], [cpu for _, _, cpu in peers], 0.4, label="CPU s")
+        ax.set_xticks(list(x), [label for label, _, _ in peers], fontsize=8)
+        ax.set_ylabel("seconds (sharding + records)")
+        ax.set_title(f"same corpus ({rows[-1]['size_gb']:.1f} GB), same run: static records")
+        ax.legend(fontsize=7)
     for ax, stage in zip(axes, STAGES):
         for kind, engine in sorted({(r["kind"], r["engine"]) for r in rows
                                     if r["stage"] in STAGES}):
@@ -289,7 +337,8 @@ def plot(rows, path):
                             if r["stage"] == stage and r["engine"] == engine
                             and r["kind"] == kind)
             ax.plot(*zip(*points), marker="o", label=f"{kind}, {engine}")
-        ax.set_xscale("log")
+        if len({r["size_gb"] for r in rows}) > 1:
+            ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("corpus GB")
         ax.set_ylabel("wall seconds")
@@ -325,6 +374,7 @@ def main():
         rows += measure_peers(args.peers.split(","), args.peer_size, args.peer_workers,
                               args.shard_mb, scratch)
     print_table(rows, cpu)
+    print_peer_totals(rows)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"cpu": cpu, "job_overhead_s": {"dask": dask_s, "pool": pool_s},

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import weakref
 from typing import Optional, Sequence
 
 import numpy as np
@@ -47,6 +48,23 @@ class VocabInfo:
 
     @classmethod
     def from_tokenizer(cls, tokenizer, source: str = "vocabulary") -> "VocabInfo":
+        """Built once per tokenizer and then shared (read-only): a worker reuses one
+        tokenizer for all its shards, and building this for a 30k vocabulary took two thirds
+        of the time of a small shard (NVIDIA's 1472-shard layout of a small corpus)."""
+        try:
+            return _FROM_TOKENIZER[tokenizer]
+        except (KeyError, TypeError):  # TypeError: a tokenizer that takes no weak reference
+            pass
+        info = cls._build_from_tokenizer(tokenizer, source)
+        info.is_continuation.setflags(write=False)
+        try:
+            _FROM_TOKENIZER[tokenizer] = info
+        except TypeError:
+            pass
+        return info
+
+    @classmethod
+    def _build_from_tokenizer(cls, tokenizer, source: str) -> "VocabInfo":
         vocab = tokenizer.vocab  # token -> id
         size = max(vocab.values()) + 1 if len(vocab) else 0
         tokens = [""] * size
@@ -56,6 +74,9 @@ class VocabInfo:
         word_starts = getattr(tokenizer, "word_starts", None)
         return cls.from_tokens(tokens, source,
                                word_starts(tokens) if word_starts is not None else None)
+
+
+_FROM_TOKENIZER: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def load_tokenizer(vocab_file: str, do_lower_case: bool = True):
