@@ -94,10 +94,10 @@ def resolve(output_dir, order, micro_step, reset=None, is_chief=True, saved_orde
         # NVIDIA's scripts resume it: the weights and step carry over, the data order
         # restarts for the new ranks (no record position maps between the two layouts).
         say = logging.warning if is_chief else logging.info  # one line on the console
-        say("%s: its data position (micro_step %d) was reached on %s ranks and this run has "
+        say("%s: its data position (micro_step %d) was reached on %s and this run has "
             "%s: the weights and step resume, the data order restarts from its beginning on "
-            "%s ranks (records of the current epoch may be seen again)", output_dir,
-            micro_step, recorded.get(RANKS), order.get(RANKS), order.get(RANKS))
+            "%s (records of the current epoch may be seen again)", output_dir,
+            micro_step, _ranks(recorded.get(RANKS)), order.get(RANKS), _ranks(order.get(RANKS)))
         return dict(order, **{START: micro_step})
     if changed:
         remedy = "rerun with the recorded values or use a new --output_dir"
@@ -116,3 +116,7 @@ def record(output_dir, resolved):
     if read_json(path) != resolved:
         tf.io.gfile.makedirs(output_dir)
         write_json_atomically(path, resolved)
+
+
+def _ranks(count) -> str:
+    return f"{count} rank" if count == 1 else f"{count} ranks"

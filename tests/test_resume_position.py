@@ -261,7 +261,7 @@ def test_other_files_are_refused_and_other_ranks_restart_the_order(files, tmp_pa
     with caplog.at_level("WARNING"):
         resolved = data_order.resolve(str(tmp_path), two_ranks.order(), 6)
     assert resolved == dict(two_ranks.order(), start_micro_step=6)
-    assert (f"{tmp_path}: its data position (micro_step 6) was reached on 1 ranks and this run "
+    assert (f"{tmp_path}: its data position (micro_step 6) was reached on 1 rank and this run "
             "has 2: the weights and step resume, the data order restarts from its beginning "
             "on 2 ranks") in caplog.text
     bigger = TrainingInput(files, 8, {}, seed=7, num_shards=2)
@@ -335,9 +335,11 @@ def test_resume_with_another_batch_size_is_refused_in_one_line(data, tmp_path, r
 @pytest.mark.horovod
 @pytest.mark.faults
 def test_two_horovod_ranks_resume_their_own_input_states(data, tmp_path, repo_root):
-    """kill -9 of horovodrun and both ranks at three seeded checkpoints: each rank restores its
+    """kill -9 of horovodrun and both ranks at two seeded checkpoints: each rank restores its
     own input state (or skips, when the kill fell before rank 1 saved its state for rank 0's
-    checkpoint); the weights equal an uninterrupted run's, bit for bit."""
+    checkpoint); the weights equal an uninterrupted run's, bit for bit. (Two kills, not three
+    as in the one-rank test above: each costs a two-rank start-up; the second kill already
+    resumes a resumed run.)"""
     pytest.importorskip("horovod.tensorflow", reason="Horovod not installed "
                         "(bash scripts/install.sh builds it)")
     horovodrun = [os.path.join(os.path.dirname(sys.executable), "horovodrun"), "-np", "2",
@@ -352,7 +354,7 @@ def test_two_horovod_ranks_resume_their_own_input_states(data, tmp_path, repo_ro
     result = subprocess.run(args(reference), cwd=repo_root, capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    moments = seeded_moments("run_pretraining 2 ranks", list(range(0, 9, 2)))
+    moments = seeded_moments("run_pretraining 2 ranks", list(range(0, 9, 2)), count=2)
     train_killed_at_checkpoints(args(run), run, moments, 12, tmp_path, repo_root, ranks=(0, 1))
     assert_same_weights(reference / "model.ckpt-12", run / "model.ckpt-12")
 
@@ -376,14 +378,13 @@ def test_two_horovod_ranks_resume_their_own_input_states(data, tmp_path, repo_ro
 @pytest.mark.horovod
 @pytest.mark.faults
 def test_a_job_requeued_on_fewer_ranks_resumes_with_a_new_data_order(tmp_path, repo_root):
-    """Preempted on 4 ranks, resubmitted on 2 (a 4-node job requeued on 2 nodes): the weights
-    and step resume, the data order restarts on 2 ranks, said in one line, and the run ends."""
+    """Preempted on 2 ranks, resubmitted on 1 (a 2-node job requeued on one node): the weights
+    and step resume, the data order restarts on 1 rank, said in one line, and the run ends."""
     pytest.importorskip("horovod.tensorflow", reason="Horovod not installed "
                         "(bash scripts/install.sh builds it)")
     data = tmp_path / "data"
     data.mkdir()
     write_data(data)
-    os.symlink(data / "train" / "part-0.tfrecord", data / "train" / "part-3.tfrecord")
 
     def run(ranks, steps):
         horovodrun = [os.path.join(os.path.dirname(sys.executable), "horovodrun"), "-np",
@@ -395,17 +396,17 @@ def test_a_job_requeued_on_fewer_ranks_resumes_with_a_new_data_order(tmp_path, r
         assert result.returncode == 0, result.stderr[-3000:]
         return result.stdout + result.stderr
 
-    run(4, 2)
+    run(2, 2)
     first = checkpoint_tensors(str(tmp_path / "run" / "model.ckpt-2"))
-    output = run(2, 4)
+    output = run(1, 4)
     said = [line for line in output.splitlines() if "data position" in line]
     assert len(said) == 1 and said[0].endswith(
-        f"{tmp_path / 'run'}: its data position (micro_step 2) was reached on 4 ranks and this "
-        "run has 2: the weights and step resume, the data order restarts from its beginning "
-        "on 2 ranks (records of the current epoch may be seen again)"), said
+        f"{tmp_path / 'run'}: its data position (micro_step 2) was reached on 2 ranks and this "
+        "run has 1: the weights and step resume, the data order restarts from its beginning "
+        "on 1 rank (records of the current epoch may be seen again)"), said
     assert "error:" not in output
     order = json.loads((tmp_path / "run" / "data_order.json").read_text())
-    assert order["ranks"] == 2 and order["start_micro_step"] == 2
+    assert order["ranks"] == 1 and order["start_micro_step"] == 2
     last = checkpoint_tensors(str(tmp_path / "run" / "model.ckpt-4"))
     assert last["global_step"] == 4 and last["micro_step"] == 4
     # steps 3 and 4 ran, from the 4-rank checkpoint: not steps 1-4 from a fresh start
