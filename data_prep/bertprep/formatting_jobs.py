@@ -34,11 +34,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from data_prep.bertprep import text_formatting as tf
 from data_prep.processes.pause_point import pause_point
-from data_prep.processes.staging import fingerprint, read_json, write_json
+from data_prep.processes.staging import fingerprint, keep_finished, write_json
 
 SOURCES = ("wikipedia", "books", "custom")
 RANGE_BYTES = int(os.environ.get("BERT_PREP_FORMAT_RANGE_BYTES", str(256 << 20)))
-PLAN = "plan.json"
 WHOLE_FILE = -1
 
 
@@ -140,26 +139,6 @@ def _plan(source: str, files: Sequence[str], parts, options: dict) -> dict:
             "parts": [[os.path.abspath(p), s, e] for p, s, e in parts]}
 
 
-def _prepare_staging(folder: str, plan: dict, names: Sequence[str]) -> Dict[str, dict]:
-    """Makes `folder` hold only complete parts of `plan`; returns {name: counts} of those."""
-    kept: Dict[str, dict] = {}
-    if os.path.isdir(folder):
-        same = read_json(os.path.join(folder, PLAN)) == plan
-        for name in names if same else ():
-            counts = read_json(os.path.join(folder, f"{name}.json"))
-            if counts is not None and os.path.isfile(os.path.join(folder, f"{name}.txt")):
-                kept[name] = counts
-        keep = {PLAN} | {f"{n}.txt" for n in kept} | {f"{n}.json" for n in kept}
-        for entry in os.listdir(folder):
-            if entry not in keep:
-                path = os.path.join(folder, entry)
-                with contextlib.suppress(OSError):
-                    shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
-    os.makedirs(folder, exist_ok=True)
-    write_json(os.path.join(folder, PLAN), plan)
-    return kept
-
-
 def _concatenate(folder: str, names: Sequence[str], output_file: str) -> None:
     """The parts in order into `output_file`, which appears only when whole."""
     tmp = f"{output_file}.tmp-{os.getpid()}"
@@ -234,7 +213,8 @@ def format_in_jobs(source: str, inputs: Sequence[str], output_file: str, cluster
                "expand_templates": expand_templates if source == "wikipedia" else None,
                "processes": max(1, processes) if len(files) == 1 else 1}
     try:
-        kept = _prepare_staging(folder, _plan(source, files, parts, options), names)
+        kept = keep_finished(folder, _plan(source, files, parts, options), names,
+                             part_entry=lambda name: f"{name}.txt")
     except OSError as e:
         raise tf.FormattingError(folder, f"cannot write: {e.strerror or e}") from None
     if kept:

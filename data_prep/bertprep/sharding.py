@@ -52,7 +52,7 @@ import numpy as np
 from data_prep.bertprep import sentence_segmentation
 from data_prep.errors import DataPrepError
 from data_prep.processes.pause_point import pause_point
-from data_prep.processes.staging import fingerprint, read_json, write_json
+from data_prep.processes.staging import PLAN, fingerprint, keep_finished, read_json, write_json
 
 
 class ShardingError(DataPrepError):
@@ -282,7 +282,6 @@ def shard_paths(output_dir: str, prefix: str, n_training: int, n_test: int
 
 
 STAGING = ".sharding-in-progress"   # under the output folder; hidden from list_shards
-PLAN = "plan.json"
 MOVING = "moving"                   # written before the first shard moves to its final name
 DONE = ".sharding-plan.json"        # the plan of the complete shards in the output folder
 
@@ -311,28 +310,15 @@ def _prepare_staging(folder: str, output_dir: str, plan: dict, names: Sequence[s
     """Makes the staging folder hold only shards of `plan`; returns write_shard's tuple of
     each shard already done (staged, or moved to its final name by a run that crashed while
     moving), from the counts its job wrote."""
-    plan_file = os.path.join(folder, PLAN)
-    kept: Dict[str, Tuple[str, int, int, int]] = {}
-    if os.path.isdir(folder):
-        same = read_json(plan_file) == plan
-        moving = same and os.path.exists(os.path.join(folder, MOVING))
-        for name in names if same else ():
-            counts = read_json(os.path.join(folder, f"{name}.json"))
-            if counts is not None and (os.path.isfile(os.path.join(folder, name)) or (
-                    moving and os.path.isfile(os.path.join(output_dir, name)))):
-                kept[name] = (name, *counts)
-        keep = {PLAN} | ({MOVING} if moving else set()) | set(kept) \
-            | {f"{name}.json" for name in kept}
-        for entry in os.listdir(folder):
-            if entry not in keep:
-                with contextlib.suppress(OSError):
-                    os.remove(os.path.join(folder, entry))
-        if kept:
-            log(f"sharding: {len(kept)} of {len(names)} shards kept from an unfinished run "
-                f"of the same inputs and options")
-    os.makedirs(folder, exist_ok=True)
-    write_json(plan_file, plan)
-    return kept
+    moving = os.path.exists(os.path.join(folder, MOVING))  # counts only with the same plan
+    counts = keep_finished(
+        folder, plan, names, part_entry=lambda name: name,
+        done_elsewhere=lambda name: moving and os.path.isfile(os.path.join(output_dir, name)),
+        also_keep=[MOVING])
+    if counts:
+        log(f"sharding: {len(counts)} of {len(names)} shards kept from an unfinished run "
+            f"of the same inputs and options")
+    return {name: (name, *values) for name, values in counts.items()}
 
 
 def _complete(output_dir: str, plan: dict, prefix: str, options: ShardingOptions) -> bool:
