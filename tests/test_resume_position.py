@@ -409,7 +409,7 @@ def test_a_job_requeued_on_fewer_ranks_resumes_with_a_new_data_order(tmp_path, r
     assert order["ranks"] == 1 and order["start_micro_step"] == 2
     last = checkpoint_tensors(str(tmp_path / "run" / "model.ckpt-4"))
     assert last["global_step"] == 4 and last["micro_step"] == 4
-    # steps 3 and 4 ran, from the 4-rank checkpoint: not steps 1-4 from a fresh start
+    # steps 3 and 4 ran, from the 2-rank checkpoint: not steps 1-4 from a fresh start
     steps = {line.split("step ", 1)[1].split()[0] for line in output.splitlines()
              if "step " in line and "/4" in line}
     assert "3/4" in steps and "1/4" not in steps, steps
