@@ -1,20 +1,24 @@
 """Preflight of a GPU node before pre-training on it: what TensorFlow sees, Horovod's build,
-and a short phase-1 loop on one GPU and on all GPUs, beside NVIDIA's published speeds.
+short loops of both phases (phase 1 on one GPU and on all GPUs, phase 2 on all GPUs) beside
+NVIDIA's published speeds, and on request a convergence check.
 
-    bert-preflight                        # BERT-large, fp16, XLA: NVIDIA's phase-1 recipe
+    bert-preflight                        # BERT-large, fp16, XLA: NVIDIA's recipe
+    bert-preflight --loss_steps=300       # and the recipe's loss against fp32's
     bert-preflight --model base --precision bf16
     bert-preflight --bert_config_file=my_config.json --train_batch_size=32
     (or: bash scripts/preflight.sh ..., python -m cli.preflight ...)
 
 Prints the GPUs (name, compute capability, memory; where a GPU is expected and none is
 seen, why), Horovod's build (NCCL, Gloo, MPI), then for each run the steady-state
-sequences/s, NVIDIA's figure for that GPU, precision and GPU count with its source, the
-ratio, the peak memory and whether XLA compiled, and the scaling efficiency beside NVIDIA's.
+sequences/s, NVIDIA's figure for that GPU, phase, precision and GPU count with its source,
+the ratio, the peak memory against the GPU's and whether XLA compiled the model's step, and
+the scaling efficiency beside NVIDIA's. With --loss_steps, the recipe's precision and XLA
+train that many steps against float32 from the same weights on the same batches, judged.
 The runs are the project's own pre-training command on synthetic records in a temporary
 folder (--work_dir keeps it, with preflight.json, the facts as JSON). The last line says PASS,
 or what fell back. Exit status: 0 PASS; 2 something fell back (the CPU without --allow_cpu,
-several GPUs without NCCL, XLA not compiled, a rate under half NVIDIA's); 1 a run failed or
-bad input.
+several GPUs without NCCL, XLA not compiled, a rate under half NVIDIA's); 1 a run failed (phase
+2 out of memory among them), the recipe's loss trails float32's, or bad input.
 """
 import sys
 
@@ -43,6 +47,17 @@ def define_flags(flag_values):
                          "(default: 8 on GPUs, 4 on a CPU).")
     train.DEFINE_integer("num_accumulation_steps", None,
                          "Micro-batches per optimizer step (default: 8 on GPUs, 1 on a CPU).")
+    train.DEFINE_bool("phase2", True,
+                      "Run the phase-2 loop (sequence length 512, 80 predictions) after phase "
+                      "1, where the recipe's memory is tightest.")
+    train.DEFINE_integer("train_batch_size_phase2", None,
+                         "Per-GPU batch of the phase-2 loop (default: NVIDIA's phase-2 batch "
+                         "for the GPU and precision; 2 on a CPU).")
+    train.DEFINE_integer("loss_steps", 0,
+                         "The convergence check: train this many steps in the recipe's "
+                         "precision and XLA and in float32 (TF32 off, no XLA) from the same "
+                         "weights on the same batches, and judge the gap (300 takes a few "
+                         "minutes on one GPU). 0: no check.")
     dist.DEFINE_bool("allow_cpu", False,
                      "Accept a machine without GPU: PASS (exit 0) when the runs on the CPU "
                      "work. Without it the CPU is a fall-back (exit 2).")
@@ -71,7 +86,9 @@ def _measured_facts(flags):
         model=flags.model, bert_config_file=flags.bert_config_file, precision=flags.precision,
         use_xla=flags.use_xla, train_batch_size=flags.train_batch_size,
         num_train_steps=flags.num_train_steps,
-        num_accumulation_steps=flags.num_accumulation_steps, work_dir=flags.work_dir))
+        num_accumulation_steps=flags.num_accumulation_steps, work_dir=flags.work_dir,
+        phase2=flags.phase2, train_batch_size_phase2=flags.train_batch_size_phase2,
+        loss_steps=flags.loss_steps))
 
 
 def main(flags):

@@ -167,7 +167,7 @@ def _run(task, options, workers, started_at):
         allreduce_post_accumulation=options.num_accumulation_steps > 1,
         allreduce_fn=workers.allreduce_fn(gradient_compression(speed.amp, speed.amp_dtype)),
         seed=options.seed, rank=workers.rank, devices=tuple(workers.devices),
-        log_variables=options.verbose_logging)
+        log_variables=options.verbose_logging, fused_update=speed.fused_update)
     log_hooks = []
 
     def logging_hooks(tensors):

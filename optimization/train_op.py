@@ -63,23 +63,24 @@ OPTIMIZER_TYPES = ("lamb",) + ADAM_TYPES
 
 
 def make_optimizer(optimizer_type, learning_rate, weight_decay_rate=0.01,
-                   lamb_layer_adaptation="all"):
+                   lamb_layer_adaptation="all", fused=None):
     """``'lamb'`` -> LAMBOptimizer (NVLAMB), ``'adam'`` -> Google's AdamWeightDecay,
     ``'adamw'`` -> the same with Adam's bias correction (torch's AdamW).
 
     ``lamb_layer_adaptation``: ``'all'`` adapts every variable's step by its trust ratio
     (NVIDIA's TensorFlow BERT); ``'weights'`` leaves LayerNorm and bias out (ratio 1), as
-    tfa's and TF Model Garden's LAMB do."""
+    tfa's and TF Model Garden's LAMB do. ``fused``: the update XLA-compiled (None: the
+    optimizer's default)."""
     if optimizer_type == "lamb":
         if lamb_layer_adaptation not in ("all", "weights"):
             raise ValueError("lamb_layer_adaptation must be 'all' or 'weights', got "
                              f"{lamb_layer_adaptation!r}")
         excluded = () if lamb_layer_adaptation == "all" else DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY
         return LAMBOptimizer(learning_rate, weight_decay_rate=weight_decay_rate,
-                             exclude_from_layer_adaptation=excluded)
+                             exclude_from_layer_adaptation=excluded, fused=fused)
     if optimizer_type in ADAM_TYPES:
         return AdamWeightDecayOptimizer(learning_rate, weight_decay_rate=weight_decay_rate,
-                                        bias_correction=optimizer_type == "adamw")
+                                        bias_correction=optimizer_type == "adamw", fused=fused)
     raise ValueError(f"optimizer_type must be 'lamb', 'adam' or 'adamw', got {optimizer_type!r}")
 
 
@@ -99,7 +100,7 @@ def create_train_op(loss, optimizer_type, init_lr, num_train_steps, num_warmup_s
                     num_accumulation_steps=1, loss_scale=None, init_loss_scale=2.0 ** 32,
                     allreduce_fn=None, allreduce_post_accumulation=False, tvars=None,
                     global_step=None, weight_decay_rate=0.01, lamb_layer_adaptation="all",
-                    towers=None):
+                    towers=None, fused=None):
     """Builds the op running one micro-batch of training (see the module docstring).
 
     Args:
@@ -118,6 +119,8 @@ def create_train_op(loss, optimizer_type, init_lr, num_train_steps, num_warmup_s
       global_step: the step variable (default: get_or_create_global_step()).
       weight_decay_rate: decoupled weight decay of the optimizer.
       lamb_layer_adaptation: 'all' or 'weights' (``make_optimizer``).
+      fused: the optimizer's update XLA-compiled, or None for its default
+        (``optimization.decoupled_weight_decay.default_fused``).
       towers: in-graph towers (``optimization.tower_gradients.Tower``: device, loss, local
         copies read), or None: train on ``loss`` alone.
 
@@ -138,7 +141,7 @@ def create_train_op(loss, optimizer_type, init_lr, num_train_steps, num_warmup_s
                                            global_step, power=power,
                                            continuous=optimizer_type in ADAM_TYPES)
     optimizer = make_optimizer(optimizer_type, learning_rate, weight_decay_rate,
-                               lamb_layer_adaptation)
+                               lamb_layer_adaptation, fused)
     scaler = make_loss_scale(loss_scale, init_loss_scale)
     if tvars is None:
         tvars = tf.compat.v1.trainable_variables()

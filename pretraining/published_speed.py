@@ -14,7 +14,8 @@ has a mixed-precision value and a value without AMP: FP32 on V100, TF32 on A100 
 
 `table_for` picks a table by the GPU's name and memory; `figure` reads it for a sequence
 length, precision and GPU count, interpolating (and saying so) between published counts;
-`phase1_batch` is NVIDIA's per-GPU phase-1 batch for a GPU and precision.
+`phase_batch` is NVIDIA's per-GPU batch of a phase (sequence length 128 or 512) for a GPU and
+precision.
 """
 import dataclasses
 import re
@@ -118,6 +119,21 @@ def _memory_gb(name, memory_bytes):
     return memory_bytes / GIB if memory_bytes else None
 
 
+# Why there is no figure for GPUs newer than NVIDIA's tables, where a user would look for one.
+UNPUBLISHED = {
+    "H100": (" (NVIDIA's TensorFlow BERT README stops at the A100, and so do its PyTorch and "
+             "TensorFlow 2 BERT READMEs; MLPerf Training publishes its own BERT benchmark's "
+             "time to train, from a checkpoint to a target accuracy on packed sequences of "
+             "512, not a rate of this recipe)"),
+}
+UNPUBLISHED["H200"] = UNPUBLISHED["H100"]
+
+
+def _family(name):
+    found = re.search(r"\b(H100|H200)\b", name or "")
+    return found.group(1) if found else None
+
+
 def table_for(name, memory_bytes, gpus=1):
     """(Table or None, note): NVIDIA's table for a GPU named `name` (as TensorFlow or
     nvidia-smi names it; None: a CPU) with `memory_bytes`, on a node of `gpus`; the note
@@ -142,7 +158,7 @@ def table_for(name, memory_bytes, gpus=1):
         if gpus > 8 or "SXM3" in name.upper():
             return DGX2_V100_32GB, None
         return DGX1_V100_32GB, None
-    return None, f"NVIDIA publishes no figure for {name}"
+    return None, f"NVIDIA publishes no figure for {name}{UNPUBLISHED.get(_family(name), '')}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,34 +212,44 @@ def figure(table, seq, gpus, precision_class):
                   table, precision_class, batch)
 
 
-PHASE1_SEQ = 128
-CPU_BATCH = 8
-SMALL_GPU_BATCH = (8, 4)  # below 16 GB: half of NVIDIA's 16 GB batch
+PHASE1_SEQ, PHASE2_SEQ = 128, 512
+PHASE_PREDICTIONS = {PHASE1_SEQ: 20, PHASE2_SEQ: 80}   # NVIDIA's max_predictions_per_seq
+CPU_BATCH = {PHASE1_SEQ: 8, PHASE2_SEQ: 2}
+# Below 16 GB: half of NVIDIA's 16 GB batch (mixed, full) at each sequence length.
+SMALL_GPU_BATCH = {PHASE1_SEQ: (8, 4), PHASE2_SEQ: (2, 1)}
+PHASE_OF = {PHASE1_SEQ: "phase-1", PHASE2_SEQ: "phase-2"}
 
 
-def phase1_batch(name, memory_bytes, precision):
-    """(per-GPU batch, why): NVIDIA's phase-1 batch (sequence length 128) for this GPU's
-    table and `precision` ("fp16" ...); a GPU without a table takes the batch of the
-    published GPU with the most memory that does not exceed its own; a CPU (`name` None)
-    takes CPU_BATCH."""
+def phase_batch(name, memory_bytes, precision, seq=PHASE1_SEQ):
+    """(per-GPU batch, why): NVIDIA's batch at sequence length `seq` (128: phase 1, 512:
+    phase 2) for this GPU's table and `precision` ("fp16" ...); a GPU without a table takes
+    the batch of the published GPU with the most memory that does not exceed its own (so the
+    batch follows the memory, which `runtime.devices` reads from the driver); a CPU (`name`
+    None) takes CPU_BATCH."""
     precision_class = PRECISION_CLASS[precision]
     column = 0 if precision_class == MIXED else 1
+    phase = PHASE_OF[seq]
     if not name:
-        return CPU_BATCH, "our choice for a CPU (NVIDIA publishes no CPU batch)"
+        return CPU_BATCH[seq], "our choice for a CPU (NVIDIA publishes no CPU batch)"
     table, _ = table_for(name, memory_bytes)
     if table is not None:
-        return (table.row(PHASE1_SEQ, 1).batch[column],
-                f"NVIDIA's phase-1 batch for the {table.gpu}, "
+        return (table.row(seq, 1).batch[column],
+                f"NVIDIA's {phase} batch for the {table.gpu}, "
                 f"{table.precision_name(precision_class)}")
     memory = _memory_gb(name, memory_bytes)
     for table in BY_MEMORY:
         if memory is not None and memory >= 0.9 * table.memory_gb:
-            return (table.row(PHASE1_SEQ, 1).batch[column],
-                    f"NVIDIA's phase-1 batch for the {table.gpu} "
+            return (table.row(seq, 1).batch[column],
+                    f"NVIDIA's {phase} batch for the {table.gpu} "
                     f"({table.precision_name(precision_class)}), the published GPU of the "
-                    "most memory up to this one's")
+                    f"most memory up to this one's {memory:.0f} GB")
     if memory is None:
-        return SMALL_GPU_BATCH[column], ("our choice for a GPU of unknown memory (half "
-                                         "NVIDIA's 16 GB batch)")
-    return SMALL_GPU_BATCH[column], ("our choice for a GPU under 16 GB (half NVIDIA's 16 GB "
-                                     "batch)")
+        return SMALL_GPU_BATCH[seq][column], ("our choice for a GPU of unknown memory (half "
+                                              "NVIDIA's 16 GB batch)")
+    return SMALL_GPU_BATCH[seq][column], ("our choice for a GPU under 16 GB (half NVIDIA's "
+                                          "16 GB batch)")
+
+
+def phase1_batch(name, memory_bytes, precision):
+    """NVIDIA's phase-1 batch (`phase_batch` at sequence length 128)."""
+    return phase_batch(name, memory_bytes, precision, PHASE1_SEQ)

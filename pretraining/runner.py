@@ -49,6 +49,7 @@ from training.option_ranges import out_of_range
 from training.resume import exit_status, resume_point, train_resuming
 from training.run_config import make_run_config
 from training.settings import TrainingSettings, gradient_compression, precision_settings
+from training.xla_evidence import XlaEvidenceHook
 
 def _peak_flops(flags_peak_tflops):
     if flags_peak_tflops > 0:
@@ -158,7 +159,8 @@ def _run(options, workers, started_at):
         seed=options.seed, rank=workers.rank, devices=tuple(workers.devices),
         weight_decay_rate=options.weight_decay_rate,
         lamb_layer_adaptation=options.lamb_layer_adaptation,
-        max_consecutive_skips=options.max_consecutive_skips, log_variables=options.verbose_logging)
+        max_consecutive_skips=options.max_consecutive_skips, log_variables=options.verbose_logging,
+        fused_update=speed.fused_update)
 
     log_hooks = []
     device_peak = _peak_flops(options.peak_tflops)
@@ -173,7 +175,7 @@ def _run(options, workers, started_at):
             dllog_path=options.dllog_path, is_chief=workers.is_chief,
             total_steps=options.num_train_steps, ranks=workers.size, started_at=started_at)
         log_hooks.append(hook)
-        return [hook]
+        return [hook] + ([XlaEvidenceHook(options.dllog_path)] if workers.is_chief else [])
 
     if workers.is_chief:
         tf.io.gfile.makedirs(options.output_dir)

@@ -6,10 +6,12 @@ driver TensorFlow needs do not load on the node (a container started without `--
 missing module). TensorFlow then places everything on the CPU; its one warning is hidden by
 `TF_CPP_MIN_LOG_LEVEL=2`, and pre-training exits 0 days later having trained at a hundredth
 of the speed. So a training process that should have a GPU (`gpu_expected`: a device node
-/dev/nvidia<N>, or CUDA_VISIBLE_DEVICES naming devices) and sees none stops at start-up with
+/dev/nvidia<N>, CUDA_VISIBLE_DEVICES naming devices, or a container of NVIDIA's that was
+meant to get GPUs: NVIDIA_VISIBLE_DEVICES) and sees none stops at start-up with
 one line that names the cause (`no_gpu_cause`), unless the user asks for the CPU
 (`--allow_cpu`). Every run says which devices it uses (`describe`): the GPUs' names,
-compute capabilities and memory, or "CPU".
+compute capabilities and memory, or "CPU". The memory comes from the driver (NVIDIA's
+management library, pip `nvidia-ml-py`, else `nvidia-smi`): TensorFlow does not say it.
 
 `gpu_expected` must not import TensorFlow (commands call it before TensorFlow starts, to set
 XLA's environment: `runtime.xla_env`); the other functions import it when called.
@@ -19,6 +21,7 @@ import dataclasses
 import glob
 import importlib.metadata
 import os
+import subprocess
 from typing import List, Optional, Tuple
 
 from absl import logging
@@ -43,9 +46,17 @@ DRIVER_LIBRARY = "libcuda.so.1"
 GPU_INSTALL = "BERT_TF_FLAVOR=gpu bash scripts/install.sh"
 
 
+# NVIDIA_VISIBLE_DEVICES values with which NVIDIA's container runtime gives a container no
+# GPU (unset and "void": a plain container; "none": the driver's tools but no device).
+NO_CONTAINER_GPU = ("", "void", "none")
+
+
 def gpu_expected(environ=None, device_nodes=GPU_DEVICE_NODES) -> Optional[str]:
-    """Why this process should see a GPU ("/dev/nvidia0 exists", "CUDA_VISIBLE_DEVICES=0,1"),
-    or None. CUDA_VISIBLE_DEVICES set to "" or "-1" hides every GPU: then none is expected."""
+    """Why this process should see a GPU ("/dev/nvidia0 exists", "CUDA_VISIBLE_DEVICES=0,1",
+    "NVIDIA_VISIBLE_DEVICES=all"), or None. CUDA_VISIBLE_DEVICES set to "" or "-1" hides
+    every GPU: then none is expected. NVIDIA_VISIBLE_DEVICES is set by NVIDIA's CUDA images
+    (this project's among them) for the container runtime: a container of such an image
+    started without `--gpus` has no /dev/nvidia* and would otherwise train on the CPU."""
     environ = os.environ if environ is None else environ
     visible = environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
@@ -54,7 +65,12 @@ def gpu_expected(environ=None, device_nodes=GPU_DEVICE_NODES) -> Optional[str]:
             return None
         return f"CUDA_VISIBLE_DEVICES={visible}"
     nodes = sorted(glob.glob(device_nodes))
-    return f"{nodes[0]} exists" if nodes else None
+    if nodes:
+        return f"{nodes[0]} exists"
+    container = environ.get("NVIDIA_VISIBLE_DEVICES", "").strip()
+    if container.lower() not in NO_CONTAINER_GPU:
+        return f"NVIDIA_VISIBLE_DEVICES={container}"
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,12 +119,9 @@ def _nvml_memory(count, environ=None):
     except Exception:  # not installed, or no driver library: memory unknown, said as such
         return [None] * count
     try:
-        visible = [part.strip() for part in environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
-                   if part.strip()]
         memory = []
-        for index in range(count):
+        for chosen in _visible_choice(environ, count):
             try:
-                chosen = visible[index] if index < len(visible) else str(index)
                 handle = (pynvml.nvmlDeviceGetHandleByIndex(int(chosen)) if chosen.isdigit()
                           else pynvml.nvmlDeviceGetHandleByUUID(chosen))
                 memory.append(int(pynvml.nvmlDeviceGetMemoryInfo(handle).total))
@@ -122,11 +135,45 @@ def _nvml_memory(count, environ=None):
             pass
 
 
+def _visible_choice(environ, count):
+    """The physical GPU (an index or a UUID, as nvidia-smi and NVML name it) of TensorFlow's
+    GPU 0..count-1: CUDA_VISIBLE_DEVICES's entries in order, else the indexes themselves."""
+    visible = [part.strip() for part in environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+               if part.strip()]
+    return [visible[index] if index < len(visible) else str(index) for index in range(count)]
+
+
+def smi_memory(count, environ=None, run=subprocess.run):
+    """Total memory of TensorFlow's GPU 0..count-1 from `nvidia-smi` (the driver's own tool,
+    on every GPU node), or Nones where it is absent or fails."""
+    environ = os.environ if environ is None else environ
+    try:
+        listed = run(["nvidia-smi", "--query-gpu=index,uuid,memory.total",
+                      "--format=csv,noheader,nounits"], capture_output=True, text=True,
+                     timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return [None] * count
+    by_name = {}
+    for line in listed.splitlines():
+        cells = [cell.strip() for cell in line.split(",")]
+        if len(cells) == 3 and cells[2].isdigit():
+            by_name[cells[0]] = by_name[cells[1]] = int(cells[2]) * 1024 ** 2  # MiB
+    return [by_name.get(chosen) for chosen in _visible_choice(environ, count)]
+
+
+def gpu_memory(count, environ=None):
+    """Total memory of TensorFlow's GPU 0..count-1 from the driver: NVML, else nvidia-smi."""
+    memory = _nvml_memory(count, environ) if environ is not None else _nvml_memory(count)
+    if count and all(value is None for value in memory):
+        memory = smi_memory(count, environ)
+    return memory
+
+
 def visible_gpus() -> List[GpuInfo]:
     """The GPUs TensorFlow lists for this process (no device is initialised by asking)."""
     import tensorflow as tf
     physical = tf.config.list_physical_devices("GPU")
-    memory = _nvml_memory(len(physical)) if physical else []
+    memory = gpu_memory(len(physical)) if physical else []
     gpus = []
     for index, device in enumerate(physical):
         try:

@@ -13,6 +13,7 @@ This module must not import TensorFlow: commands decide about XLA's environment 
 TensorFlow starts (`runtime.xla_env`).
 """
 import dataclasses
+import os
 from typing import List
 
 from runtime.devices import gpu_expected
@@ -20,11 +21,25 @@ from runtime.devices import gpu_expected
 
 @dataclasses.dataclass(frozen=True)
 class Speed:
-    """What a run uses: AMP and its dtype, XLA; and the lines that say what changed."""
+    """What a run uses: AMP and its dtype, XLA auto-clustering of the step (`use_xla`), the
+    XLA-fused optimizer update (`fused_update`, see `fused_update`); and the lines that say
+    what changed."""
     amp: bool
     amp_dtype: str
     use_xla: bool
     notes: tuple = ()
+    fused_update: bool = True
+
+
+def fused_update(options, use_xla):
+    """Whether the optimizer's update is XLA-compiled (`optimization.decoupled_weight_decay`):
+    with XLA, and where XLA is off only because a CPU turned NVIDIA's default off (the fused
+    update alone is measured faster there, and a CPU's XLA needs no toolchain). A
+    `--nouse_xla` the user gave means no XLA anywhere: a GPU node whose XLA toolchain is
+    broken (ptxas) then trains. `BERT_FUSED_OPTIMIZER=0` turns it off in any run."""
+    if os.environ.get("BERT_FUSED_OPTIMIZER", "").strip() == "0":
+        return False
+    return bool(use_xla) or not given(options, "use_xla")
 
 
 def gpu_visible():
@@ -47,7 +62,8 @@ def resolve(options, gpu=None):
     gpu = gpu_visible() if gpu is None else gpu
     amp, amp_dtype, use_xla = bool(options.amp), options.amp_dtype, bool(options.use_xla)
     if getattr(options, "manual_fp16", False):  # NVIDIA's casts in the model: our AMP's way
-        return Speed(True, "float16", use_xla if gpu or given(options, "use_xla") else False)
+        use_xla = use_xla if gpu or given(options, "use_xla") else False
+        return Speed(True, "float16", use_xla, (), fused_update(options, use_xla))
     turned_off: List[str] = []
     if not gpu:
         if amp and not (given(options, "amp") or given(options, "amp_dtype")):
@@ -58,9 +74,10 @@ def resolve(options, gpu=None):
             turned_off.append("--use_xla")
     notes = ()
     if turned_off:
-        what = {("--amp",): "in float32", ("--use_xla",): "without XLA",
-                ("--amp", "--use_xla"): "in float32 without XLA"}[tuple(turned_off)]
+        without = "without XLA auto-clustering (the optimizer update stays XLA-fused)"
+        what = {("--amp",): "in float32", ("--use_xla",): without,
+                ("--amp", "--use_xla"): f"in float32 {without}"}[tuple(turned_off)]
         notes = (f"defaults: {' and '.join(turned_off)} (NVIDIA's defaults) are for GPUs; "
                  f"without a GPU this run computes {what}, faster here (give "
                  f"{' or '.join(turned_off)} on the command line to insist)",)
-    return Speed(amp, amp_dtype, use_xla, notes)
+    return Speed(amp, amp_dtype, use_xla, notes, fused_update(options, use_xla))

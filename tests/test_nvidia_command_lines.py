@@ -56,6 +56,11 @@ def test_nvidias_flag_sets_run_to_completion(shared_data, tiny_model, tmp_path):
                  "--allreduce_post_accumulation=True")
     assert "masked_lm_accuracy" in (results / "phase_1" / "eval_results.txt").read_text()
     assert "defaults:" not in phase1.stderr  # --noamp/--nouse_xla given: nothing turned off
+    # --nouse_xla means no XLA anywhere: not the step, not the optimizer's fused update
+    # (TensorFlow logs its first XLA compilation whatever TF_CPP_MIN_LOG_LEVEL says)
+    log = (results / "phase_1" / "run_pretraining.log").read_text()
+    assert "Compiled cluster using XLA" not in log
+    assert "no XLA cluster in the step" in log
 
     run("run_pretraining.py", f"--input_files_dir={phase2_data / 'training'}",
         f"--init_checkpoint={results / 'phase_1' / 'model.ckpt-4'}",

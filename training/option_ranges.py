@@ -80,6 +80,7 @@ RANGES = {
     "doc_stride": AT_LEAST_1,
     "n_best_size": AT_LEAST_1,
     "train_batch_size": AT_LEAST_1,
+    "train_batch_size_phase2": AT_LEAST_1,
     "eval_batch_size": AT_LEAST_1,
     "predict_batch_size": AT_LEAST_1,
     "batch_size": AT_LEAST_1,
@@ -96,6 +97,8 @@ RANGES = {
     "phase": Range(low=1, high=2),
     "phase1_steps": AT_LEAST_1,
     "phase2_steps": AT_LEAST_1,
+    # the preflight's convergence check: 0 none, else enough steps to average its ends over
+    "loss_steps": Range(low=20, also=(0,)),
     # checkpoints, evaluation, logging
     "save_checkpoints_steps": AT_LEAST_1,
     "keep_checkpoint_max": AT_LEAST_1,

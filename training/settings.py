@@ -29,6 +29,8 @@ class TrainingSettings:
     # model_dir's latest
     resume_checkpoint: Optional[str] = None
     devices: tuple = ()                    # tower devices of --num_local_devices (runtime.towers)
+    # the optimizer's update XLA-compiled (runtime.speed_defaults.fused_update); None: its default
+    fused_update: Optional[bool] = None
 
 
 def precision_settings(amp, amp_dtype):

@@ -64,7 +64,7 @@ def train_spec(settings, loss, micro_step, log_tensors, extra_hooks_fn=None, tow
         allreduce_fn=settings.allreduce_fn,
         allreduce_post_accumulation=settings.allreduce_post_accumulation,
         weight_decay_rate=settings.weight_decay_rate,
-        lamb_layer_adaptation=settings.lamb_layer_adaptation,
+        lamb_layer_adaptation=settings.lamb_layer_adaptation, fused=settings.fused_update,
         towers=[Tower(device, tower_loss, reads) for device, tower_loss, reads in towers]
         or None)
     # Every variable now exists (slots, buffers): before anything is saved, the folder's
