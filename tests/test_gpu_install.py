@@ -6,6 +6,7 @@ before creating the venv, on fake toolkits (a shell `nvcc` printing a release, a
 cuda_runtime.h, an empty libcudart_static.a): seconds, no download. The real build downloads
 tensorflow[and-cuda] (~3 GB) and compiles for minutes, so it runs only with BERT_TEST_GPU_BUILD=1.
 """
+import ast
 import os
 import re
 import subprocess
@@ -174,6 +175,32 @@ def test_a_cached_horovod_that_lacks_what_the_flavour_needs_is_removed(tmp_path,
     assert f"Horovod lacks {needed}" in lines[0] and f"removed the cached wheel {wheel_dir}" in lines[0]
     assert not wheel_dir.exists()
     assert not (tmp_path / "venv" / ".bert-tf-installed").exists()
+
+
+def test_the_image_carries_the_infiniband_libraries_nccl_loads():
+    """NCCL's IB transport dlopens libibverbs.so.1 (NVIDIA/nccl src/misc/ibvsymbols.cc) and
+    libibverbs needs its provider (mlx5 and the others: ibverbs-providers, which libibverbs1
+    only Recommends, so --no-install-recommends would leave it out) to see any device."""
+    with open(os.path.join(REPO, "Dockerfile")) as dockerfile:
+        text = dockerfile.read().replace("\\\n", " ")
+    installs = [line for line in text.splitlines() if "apt-get install" in line]
+    packages = {word for line in installs for word in line.split()}
+    for package in ("libibverbs1", "ibverbs-providers", "librdmacm1", "ibverbs-utils"):
+        assert package in packages, (package, installs)
+    assert all("--no-install-recommends" in line for line in installs)
+
+
+def test_the_gpu_extra_brings_pynvml():
+    """runtime/devices.py reads each GPU's memory through `pynvml`, which the nvidia-ml-py
+    package provides; without it in the gpu extra, GPU memory is unknown on every real install."""
+    with open(os.path.join(REPO, "setup.py")) as source:
+        tree = ast.parse(source.read())
+    extras = next(node.value for node in ast.walk(tree)
+                  if isinstance(node, ast.keyword) and node.arg == "extras_require")
+    gpu = next(value for key, value in zip(extras.keys, extras.values) if key.value == "gpu")
+    requirements = [element.value for element in gpu.elts if isinstance(element, ast.Constant)]
+    nvml = [r for r in requirements if re.match(r"nvidia-ml-py\b", r)]
+    assert nvml and re.search(r">=\s*12\.535", nvml[0]) and "<" in nvml[0], requirements
 
 
 @pytest.mark.slow
