@@ -327,9 +327,9 @@ def test_the_real_toolkit_takes_what_its_nvcc_takes(tmp_path):
                               capture_output=True, text=True)
 
     result = run_install(tmp_path, "--check-toolkit", BERT_CUDA_ANY_VERSION="1")
-    assert result.returncode == 0, result.stderr
-    limit = int(re.search(r"nvcc takes GCC up to (\d+)$", result.stdout.splitlines()[1]).group(1))
-    assert nvcc_takes(compiler).returncode == 0
+    limit = int(re.search(r"takes GCC up to (\d+)", result.stdout + result.stderr).group(1))
+    # Where nvcc takes this machine's compiler (CUDA 13 and GCC 12 here) the install does too.
+    assert (result.returncode == 0) == (nvcc_takes(compiler).returncode == 0), result.stderr
 
     past = executable(tmp_path / "past" / "g++", f"#!/bin/sh\nexec {compiler} -D__GNUC__={limit + 1} "
                       '-Wno-builtin-macro-redefined "$@"\n')
