@@ -8,9 +8,15 @@ FROM nvidia/cuda:12.2.2-devel-ubuntu22.04
 
 ENV DEBIAN_FRONTEND=noninteractive \
     TF_CPP_MIN_LOG_LEVEL=2
-# Python 3.11 (Ubuntu 22.04's universe), cmake 3.x and g++ for Horovod's build.
+# Python 3.11 (Ubuntu 22.04's universe), cmake 3.x and g++ for Horovod's build. InfiniBand's
+# user-space libraries for NCCL across nodes: its IB transport dlopens libibverbs.so.1
+# (libibverbs1), which sees a device only through its provider (mlx5 and the others:
+# ibverbs-providers, only Recommended by libibverbs1, so it is named here); librdmacm1 for
+# RDMA-CM users beside NCCL (UCX, MPI, network plugins); ibv_devinfo (ibverbs-utils) to see the
+# devices from inside the container. Without them NCCL falls back to TCP sockets.
 RUN apt-get update && apt-get install -y --no-install-recommends \
         python3.11 python3.11-venv python3.11-dev cmake g++ make \
+        libibverbs1 ibverbs-providers librdmacm1 ibverbs-utils \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /workspace/bert

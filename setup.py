@@ -36,7 +36,10 @@ setup(
     ],
     extras_require={
         "cpu": [f"tensorflow-cpu=={TF_VERSION}"],
-        "gpu": [f"tensorflow[and-cuda]=={TF_VERSION}"],
+        # nvidia-ml-py provides `pynvml`, through which runtime/devices.py reads each GPU's
+        # memory; 12.535 is the binding of the R535 driver, CUDA 12.2's (the calls used are
+        # older than that and kept by every later binding).
+        "gpu": [f"tensorflow[and-cuda]=={TF_VERSION}", "nvidia-ml-py>=12.535,<14"],
         # Horovod must be built against the installed TensorFlow with
         # --no-build-isolation; scripts/install.sh does that and caches the wheel.
         "horovod": ["horovod==0.28.1"],

@@ -2,10 +2,12 @@
 # Sets up (or refreshes) the project's virtual environment.
 #
 #   bash scripts/install.sh [--oracles] [--no-horovod] [--test-services] [--check-toolkit]
+#                           [--check-build]
 #
 # * Creates $BERT_VENV (default: ./.venv) with Python 3.11.
 # * Installs TensorFlow 2.15.1: tensorflow[and-cuda] where `nvidia-smi` sees a GPU,
-#   tensorflow-cpu otherwise (override with BERT_TF_FLAVOR=cpu|gpu).
+#   tensorflow-cpu otherwise (override with BERT_TF_FLAVOR=cpu|gpu). A venv switched from one
+#   flavour to the other loses the other TensorFlow first (both provide the `tensorflow` module).
 # * Builds Horovod 0.28.1 against that TensorFlow, with Gloo (and NCCL on GPU machines),
 #   once: the wheel is cached in $BERT_CACHE_DIR keyed by every pinned version, so a
 #   second run, even from a fresh clone, installs it in seconds. `horovodrun --check-build`
@@ -15,7 +17,11 @@
 #   checked before anything is installed. BERT_CUDA_ANY_VERSION=1 accepts another CUDA
 #   version (a build check only: TensorFlow 2.15.1 runs on CUDA 12). NCCL comes from the
 #   venv's nvidia-nccl-cu12 unless HOROVOD_NCCL_HOME/_INCLUDE/_LIB say otherwise.
-# * --check-toolkit only finds and checks that CUDA toolkit, prints it and exits.
+# * Before anything is downloaded, when Horovod is to be built: cmake must be 3.13-3.x (the first
+#   on /usr/bin:$PATH, or $HOROVOD_CMAKE), a C++ compiler must be there, and for gpu the toolkit's
+#   nvcc must take that compiler (the range its include/crt/host_config.h accepts).
+# * --check-toolkit only finds and checks that CUDA toolkit and nvcc's host compiler, prints them
+#   and exits; --check-build does the same for everything Horovod's build needs here.
 # * --oracles adds the test-only references (torch CPU, transformers, all-MiniLM-L6-v2).
 # * --test-services apt-installs slurm-wlm and munge (a real one-node Slurm for
 #   tests/test_slurm.py) and openssh-server (ssh "hosts" on loopback addresses for
@@ -34,13 +40,15 @@ WITH_ORACLES=0
 WITH_HOROVOD=1
 WITH_TEST_SERVICES=0
 CHECK_TOOLKIT_ONLY=0
+CHECK_BUILD_ONLY=0
 for arg in "$@"; do
   case "$arg" in
     --oracles) WITH_ORACLES=1 ;;
     --no-horovod) WITH_HOROVOD=0 ;;
     --test-services) WITH_TEST_SERVICES=1 ;;
     --check-toolkit) CHECK_TOOLKIT_ONLY=1 ;;
-    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+    --check-build) CHECK_BUILD_ONLY=1 ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown option '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -48,58 +56,8 @@ done
 log() { echo "[install] $*"; }
 die() { echo "install.sh: $*" >&2; exit 1; }
 
-CUDA_ADVICE="load a CUDA 12 toolkit (e.g. 'module load cuda/12.2') or set CUDA_HOME to one,\
- build the Dockerfile's image, or install the CPU build with BERT_TF_FLAVOR=cpu"
-
-# What the folder $1 lacks of a CUDA toolkit, as a phrase; nothing when it has all.
-toolkit_lacks() {
-  local root=$1 missing=() lib
-  [ -d "$root" ] || { echo "does not exist"; return 0; }
-  [ -x "$root/bin/nvcc" ] || missing+=("bin/nvcc")
-  [ -f "$root/include/cuda_runtime.h" ] || missing+=("include/cuda_runtime.h")
-  for lib in lib64/libcudart_static.a lib64/libcudart.so lib/libcudart_static.a lib/libcudart.so \
-             lib/x86_64-linux-gnu/libcudart_static.a lib/x86_64-linux-gnu/libcudart.so ""; do
-    [ -n "$lib" ] || { missing+=("libcudart (lib64/ or lib/libcudart_static.a or libcudart.so)"); break; }
-    [ -e "$root/$lib" ] && break
-  done
-  [ ${#missing[@]} -eq 0 ] || { local joined; joined=$(printf '%s, ' "${missing[@]}"); echo "lacks ${joined%, }"; }
-}
-
-# The CUDA toolkit Horovod's NCCL build compiles with: sets TOOLKIT_ROOT, TOOLKIT_FROM and
-# TOOLKIT_VERSION, or fails in one line. A variable that is set decides alone (if its folder lacks
-# a piece the install stops, so the build never uses another toolkit than the one named);
-# otherwise the folder of the nvcc on PATH (symlinks followed), then /usr/local/cuda.
-# TensorFlow 2.15.1 is built for CUDA 12: another version is refused unless BERT_CUDA_ANY_VERSION=1.
-find_cuda_toolkit() {
-  TOOLKIT_ROOT="" TOOLKIT_FROM=""
-  local var nvcc_on_path i lacks candidates=() sources=() looked=""
-  for var in HOROVOD_CUDA_HOME CUDA_HOME CUDA_PATH; do
-    if [ -n "${!var:-}" ]; then candidates=("${!var}"); sources=("$var"); break; fi
-  done
-  if [ ${#candidates[@]} -eq 0 ]; then
-    if nvcc_on_path=$(command -v nvcc 2>/dev/null); then
-      candidates+=("$(dirname "$(dirname "$(readlink -f "$nvcc_on_path")")")")
-      sources+=("nvcc on PATH, $nvcc_on_path")
-    fi
-    candidates+=(/usr/local/cuda); sources+=("the default")
-  fi
-  for i in "${!candidates[@]}"; do
-    lacks=$(toolkit_lacks "${candidates[$i]}")
-    if [ -z "$lacks" ]; then TOOLKIT_ROOT=${candidates[$i]}; TOOLKIT_FROM=${sources[$i]}; break; fi
-    looked="${looked:+$looked; }${candidates[$i]} (${sources[$i]}) $lacks"
-  done
-  [ -n "$TOOLKIT_ROOT" ] || die "the GPU build needs a CUDA 12 toolkit (bin/nvcc, include/cuda_runtime.h," \
-    "libcudart) and found none: $looked; $CUDA_ADVICE"
-  TOOLKIT_VERSION=$("$TOOLKIT_ROOT/bin/nvcc" --version 2>/dev/null |
-                 sed -n 's/.*release \([0-9][0-9]*\.[0-9][0-9]*\).*/\1/p' | head -n 1) || true
-  [ -n "$TOOLKIT_VERSION" ] || die "$TOOLKIT_ROOT/bin/nvcc --version ($TOOLKIT_FROM) names no" \
-    "'release X.Y'; $CUDA_ADVICE"
-  if [ "${TOOLKIT_VERSION%%.*}" != 12 ] && [ "${BERT_CUDA_ANY_VERSION:-0}" != 1 ]; then
-    die "the CUDA toolkit at $TOOLKIT_ROOT ($TOOLKIT_FROM) is CUDA $TOOLKIT_VERSION, and TensorFlow" \
-      "$TF_VERSION runs on CUDA 12: $CUDA_ADVICE (BERT_CUDA_ANY_VERSION=1 builds anyway, as a" \
-      "build check only: kernels from a newer nvcc need a driver for that CUDA)"
-  fi
-}
+# The CUDA toolkit, nvcc's host compiler and cmake: the checks made before anything is installed.
+source "$ROOT/scripts/install_checks.sh"
 
 FLAVOR="${BERT_TF_FLAVOR:-}"
 if [ -z "$FLAVOR" ]; then
@@ -112,18 +70,43 @@ esac
 
 # What the Horovod wheel is built for: the flavour, and on GPUs the CUDA version and the
 # compute capabilities it compiles kernels for (so another toolkit never reuses the wheel).
+# The build runs with /usr/bin first on PATH (the system cmake before a pip one in an active
+# venv) and, for gpu, the toolkit's bin/ before that (Horovod takes its kernel list from nvcc).
 BUILD_KEY=$FLAVOR
-if [ "$CHECK_TOOLKIT_ONLY" = 1 ] || { [ "$FLAVOR" = gpu ] && [ "$WITH_HOROVOD" = 1 ]; }; then
+BUILD_PATH="/usr/bin:$PATH"
+if [ "$CHECK_TOOLKIT_ONLY" = 1 ] ||
+   { [ "$FLAVOR" = gpu ] && { [ "$WITH_HOROVOD" = 1 ] || [ "$CHECK_BUILD_ONLY" = 1 ]; }; }; then
   find_cuda_toolkit
+  BUILD_PATH="$TOOLKIT_ROOT/bin:$BUILD_PATH"
+  TOOLKIT_LINE="CUDA toolkit: $TOOLKIT_ROOT (CUDA $TOOLKIT_VERSION, from $TOOLKIT_FROM)"
   if [ "$CHECK_TOOLKIT_ONLY" = 1 ]; then
-    echo "CUDA toolkit: $TOOLKIT_ROOT (CUDA $TOOLKIT_VERSION, from $TOOLKIT_FROM)"
+    check_host_compiler
+    printf '%s\n' "$TOOLKIT_LINE" "$HOST_LINE"
     exit 0
   fi
   BUILD_KEY="gpu-cuda$TOOLKIT_VERSION"
   if [ -n "${HOROVOD_BUILD_CUDA_CC_LIST:-}" ]; then
     BUILD_KEY="$BUILD_KEY-cc$(echo "$HOROVOD_BUILD_CUDA_CC_LIST" | tr -c '0-9\n' '_')"
   fi
-  log "CUDA toolkit: $TOOLKIT_ROOT (CUDA $TOOLKIT_VERSION, from $TOOLKIT_FROM)"
+fi
+
+# Everything Horovod's build needs here, checked: sets BUILD_LINES or fails in one line.
+check_build_tools() {
+  check_cmake
+  BUILD_LINES=("$CMAKE_LINE")
+  if [ "$FLAVOR" = gpu ]; then
+    check_host_compiler
+    BUILD_LINES+=("$HOST_LINE")
+  else
+    find_host_cxx cxx
+    BUILD_LINES+=("C++ compiler: ${HOST_CXX[*]} ($HOST_CXX_FROM)")
+  fi
+}
+if [ "$CHECK_BUILD_ONLY" = 1 ]; then
+  check_build_tools
+  [ "$FLAVOR" = cpu ] || BUILD_LINES=("$TOOLKIT_LINE" "${BUILD_LINES[@]}")
+  printf '%s\n' "flavour: $FLAVOR" "${BUILD_LINES[@]}"
+  exit 0
 fi
 
 # System packages for tests, not for the venv (so outside the stamp below): nothing to do
@@ -151,7 +134,74 @@ install_test_services() {
   fi
   return 0
 }
-if [ "$WITH_TEST_SERVICES" = 1 ]; then install_test_services; fi
+
+# tensorflow-cpu and tensorflow[and-cuda] both provide the `tensorflow` module, so a venv switched
+# from one flavour to the other must lose the other one first: installed beside it, whichever
+# pip wrote last would win file by file. Removed before the new one is installed (they share
+# files: removing one after installing the other would break it), with this flavour's own
+# TensorFlow if both are there (it is installed again just after). Leaving gpu also removes the
+# CUDA packages tensorflow's [and-cuda] extra brought that no other installed package needs,
+# and, under --no-horovod, the Horovod built for the other flavour. Says so in one line.
+remove_other_flavour() {
+  local other site plan names=() removing="" kept=""
+  if [ "$FLAVOR" = gpu ]; then other=tensorflow_cpu; else other=tensorflow; fi
+  for site in "$VENV"/lib/python3*/site-packages; do
+    compgen -G "$site/$other-*.dist-info" >/dev/null && break
+    site=""
+  done
+  [ -n "$site" ] || return 0
+  plan=$("$VENV/bin/python" - "$FLAVOR" "$WITH_HOROVOD" 2>&1 <<'PY'
+"""What leaving the other flavour removes: 'remove NAME VERSION' and 'keep NAME NEEDER' lines."""
+import importlib.metadata as metadata
+import re
+import sys
+
+flavour, with_horovod = sys.argv[1], sys.argv[2] == "1"
+def key(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
+def required(dist):
+    named = ((re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", line), line) for line in dist.requires or [])
+    return [(match.group(0), line) for match, line in named if match]
+installed = {key(d.metadata["Name"]): d for d in metadata.distributions() if d.metadata["Name"]}
+remove = [n for n in ("tensorflow-cpu", "tensorflow") if n in installed]
+if not with_horovod and "horovod" in installed:
+    remove.append("horovod")
+if flavour == "cpu" and "tensorflow" in installed:
+    cuda = {key(name) for name, line in required(installed["tensorflow"])
+            if re.search(r"extra\s*==\s*['\"]and[-_]cuda['\"]", line)}
+    cuda &= set(installed)
+    needed_by = {}
+    while True:  # a CUDA package another remaining package requires stays (with what it needs)
+        leaving = set(remove) | cuda
+        for name, dist in installed.items():
+            if name in leaving:
+                continue
+            for requirement, _ in required(dist):
+                if key(requirement) in cuda:
+                    needed_by[key(requirement)] = name
+        if not set(needed_by) & cuda:
+            break
+        cuda -= set(needed_by)
+    remove += sorted(cuda)
+    for name in sorted(needed_by):
+        print("keep", name, needed_by[name])
+for name in remove:
+    print("remove", name, installed[name].version)
+PY
+  ) || die "could not read which packages $VENV/bin/python has (to remove the $other the" \
+    "$FLAVOR flavour replaces): $(tail -n 1 <<< "$plan"); fix that venv or remove it"
+  local action name what
+  while read -r action name what; do
+    case "$action" in
+      remove) names+=("$name"); removing="${removing:+$removing, }$name $what" ;;
+      keep) kept="${kept:+$kept, }$name (needed by $what)" ;;
+    esac
+  done <<< "$plan"
+  [ ${#names[@]} -gt 0 ] || return 0
+  log "the $FLAVOR flavour replaces the other one in $VENV: removing $removing (one TensorFlow" \
+      "only may provide the tensorflow module)${kept:+; keeping $kept}"
+  "${PIP[@]}" uninstall -y -q "${names[@]}"
+}
 
 PYTHON="${PYTHON:-}"
 if [ -z "$PYTHON" ]; then
@@ -167,7 +217,17 @@ fi
 PY_TAG=$("$PYTHON" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
 STAMP_KEY=$(cat "$ROOT/setup.py" "$0" | sha256sum | cut -c1-16)-$BUILD_KEY-$WITH_ORACLES-$WITH_HOROVOD-$PY_TAG
 STAMP="$VENV/.bert-tf-installed"
-if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$STAMP_KEY" ]; then
+UP_TO_DATE=0
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$STAMP_KEY" ]; then UP_TO_DATE=1; fi
+WHEEL_DIR="$CACHE/wheels/horovod-$HOROVOD_VERSION-tf$TF_VERSION-$PY_TAG-$BUILD_KEY"
+# Before anything is downloaded: a Horovod build (none when its wheel is cached) checks its tools.
+BUILD_LINES=()
+if [ "$UP_TO_DATE" = 0 ] && [ "$WITH_HOROVOD" = 1 ] && ! ls "$WHEEL_DIR"/horovod-*.whl >/dev/null 2>&1; then
+  check_build_tools
+fi
+for line in ${TOOLKIT_LINE:+"$TOOLKIT_LINE"} "${BUILD_LINES[@]}"; do log "$line"; done
+if [ "$WITH_TEST_SERVICES" = 1 ]; then install_test_services; fi
+if [ "$UP_TO_DATE" = 1 ]; then
   log "environment at $VENV is up to date ($FLAVOR)"
   exit 0
 fi
@@ -178,6 +238,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 PIP=("$VENV/bin/python" -m pip)
 "${PIP[@]}" install -q --upgrade "pip>=23" "setuptools>=65" wheel
+remove_other_flavour
 
 EXTRAS="$FLAVOR,test"
 [ "$WITH_ORACLES" = 1 ] && EXTRAS="$EXTRAS,oracles"
@@ -260,7 +321,7 @@ for name, built in (("TensorFlow", True), ("Gloo", hvd.gloo_built()), ("NCCL", h
 # folder of the libnccl.so link; the rpath to the venv's nvidia/nccl/lib is all the library needs.
 cmake_without_build_rpath() {
   local real_cmake
-  real_cmake=${HOROVOD_CMAKE:-$(PATH="$build_path" command -v cmake)}
+  real_cmake=${HOROVOD_CMAKE:-$(PATH="$BUILD_PATH" command -v cmake)}
   cat > "$1/cmake" <<WRAPPER
 #!/bin/sh
 case "\$1" in --build|-E|--version) exec "$real_cmake" "\$@" ;; esac
@@ -273,17 +334,13 @@ WRAPPER
 if [ "$WITH_HOROVOD" = 1 ]; then
   # pip's cmake 4.x cannot configure Horovod's bundled Gloo; the system cmake can.
   "${PIP[@]}" uninstall -y -q cmake >/dev/null 2>&1 || true
-  WHEEL_DIR="$CACHE/wheels/horovod-$HOROVOD_VERSION-tf$TF_VERSION-$PY_TAG-$BUILD_KEY"
   if ! ls "$WHEEL_DIR"/horovod-*.whl >/dev/null 2>&1; then
-    command -v cmake >/dev/null 2>&1 || { echo "install.sh: Horovod needs cmake (3.13-3.x) on PATH: apt-get install cmake" >&2; exit 1; }
     log "building Horovod $HOROVOD_VERSION against TensorFlow $TF_VERSION (a few minutes, once)"
     export HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1 \
            HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1
-    build_path="/usr/bin:$PATH"
     if [ "$FLAVOR" = gpu ]; then
       # Horovod's CMake takes nvcc from HOROVOD_CUDA_HOME, its kernel list from the nvcc on PATH.
       export HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_CUDA_HOME="$TOOLKIT_ROOT"
-      build_path="$TOOLKIT_ROOT/bin:$build_path"
       build_dir=$(mktemp -d "${TMPDIR:-/tmp}/bert-horovod-build.XXXXXX")
       trap 'rm -rf "$build_dir"' EXIT
       use_venv_nccl "$build_dir"
@@ -293,7 +350,7 @@ if [ "$WITH_HOROVOD" = 1 ]; then
     mkdir -p "$tmp"
     # --no-cache-dir: pip's own wheel cache ignores the HOROVOD_* build settings and would hand
     # back a wheel built for another flavour.
-    PATH="$build_path" "${PIP[@]}" wheel -q --no-cache-dir --no-build-isolation --no-deps \
+    PATH="$BUILD_PATH" "${PIP[@]}" wheel -q --no-cache-dir --no-build-isolation --no-deps \
       "horovod==$HOROVOD_VERSION" -w "$tmp"
     rm -rf "$WHEEL_DIR"; mv "$tmp" "$WHEEL_DIR"
     check=full
