@@ -132,8 +132,7 @@ def _message(facts, host, message):
         facts.socket_interfaces.update(
             (found.group("name"), found.group("address"))
             for found in _INTERFACE.finditer(message))
-    elif _BOOTSTRAP.match(message):
-        found = _BOOTSTRAP.match(message)
+    elif found := _BOOTSTRAP.match(message):
         facts.bootstrap_interfaces.add((found.group("name"), found.group("address")))
     elif _IBVERBS_MISSING.search(message):
         facts.ibverbs_missing = True
@@ -142,8 +141,7 @@ def _message(facts, host, message):
     elif message.startswith("NET/Plugin: Loaded net plugin "):
         facts.plugins.add(re.sub(r" \(v\d+\)$", "", message[len("NET/Plugin: Loaded net "
                                                                 "plugin "):]))
-    elif _ENV.match(message):
-        env = _ENV.match(message)
+    elif env := _ENV.match(message):
         facts.environment[env.group("name")] = env.group("value")
     elif message.startswith("NVLS multicast support is available") or \
             re.search(r"\bNVL\[|type NVL/", message):

@@ -148,6 +148,8 @@ PREFIXES = {
     "horovodrun": lambda rank: f"[{rank}]<stdout>:",
     "horovodrun --prefix-timestamp": lambda rank: f"Fri Aug 11 12:31:45 2023[{rank}]<stdout>:",
     "srun --label": lambda rank: f"{rank:>2}: ",
+    # NCCL's own, with NCCL_DEBUG_TIMESTAMP_LEVELS (src/debug.cc, default format "[%F %T] ")
+    "NCCL timestamps": lambda rank: f"[2025-03-01 10:00:{rank:02d}] ",
 }
 
 
