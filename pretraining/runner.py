@@ -49,6 +49,7 @@ from training.option_ranges import out_of_range
 from training.resume import exit_status, resume_point, train_resuming
 from training.run_config import make_run_config
 from training.settings import TrainingSettings, gradient_compression, precision_settings
+from training.nccl_transport import NcclTransportHook, capture_nccl_log, nccl_built
 from training.xla_evidence import XlaEvidenceHook
 
 def _peak_flops(flags_peak_tflops):
@@ -77,6 +78,18 @@ def _validate(options, config):
         raise UsageError("--do_train needs --input_files_dir")
     if options.do_eval and not options.eval_files_dir:
         raise UsageError("--do_eval needs --eval_files_dir")
+
+
+def network_choice(environ=None):
+    """The network the ranks talk on, for the plan: the launcher's choice and why
+    (BERT_NETWORK_CHOICE, runtime.slurm_launch), else the interface Horovod's Gloo was given,
+    else Horovod's own choice."""
+    environ = os.environ if environ is None else environ
+    if environ.get("BERT_NETWORK_CHOICE"):
+        return environ["BERT_NETWORK_CHOICE"]
+    interface = environ.get("NCCL_SOCKET_IFNAME") or environ.get("HOROVOD_GLOO_IFACE")
+    return (f"{interface} (NCCL_SOCKET_IFNAME / HOROVOD_GLOO_IFACE)" if interface
+            else "Horovod's choice")
 
 
 def log_plan(plan, dllog_path):
@@ -111,6 +124,8 @@ def _run(options, workers, started_at):
     compute_type, loss_scale = precision_settings(speed.amp, speed.amp_dtype)
     results = {"plan": dict(pretraining_plan(options, workers.size, speed),
                             devices=workers.describe_devices())}
+    if workers.size > 1:
+        results["plan"]["network"] = network_choice()
     if workers.is_chief:
         for note in speed.notes:
             logging.info("%s", note, extra=SHOW)
@@ -164,6 +179,9 @@ def _run(options, workers, started_at):
 
     log_hooks = []
     device_peak = _peak_flops(options.peak_tflops)
+    # rank 0 of Horovod ranks on GPUs: NCCL's choice of network, said once NCCL is up
+    nccl_log = (capture_nccl_log(options.output_dir) if workers.is_chief and workers.use_horovod
+                and workers.gpus and options.do_train and nccl_built() else None)
 
     def logging_hooks(tensors):
         hook = StepLoggingHook(
@@ -175,7 +193,10 @@ def _run(options, workers, started_at):
             dllog_path=options.dllog_path, is_chief=workers.is_chief,
             total_steps=options.num_train_steps, ranks=workers.size, started_at=started_at)
         log_hooks.append(hook)
-        return [hook] + ([XlaEvidenceHook(options.dllog_path)] if workers.is_chief else [])
+        chief = [XlaEvidenceHook(options.dllog_path)] if workers.is_chief else []
+        if nccl_log:
+            chief.append(NcclTransportHook(nccl_log, options.dllog_path))
+        return [hook] + chief
 
     if workers.is_chief:
         tf.io.gfile.makedirs(options.output_dir)
