@@ -4,6 +4,7 @@ NVIDIA's published speeds, and on request a convergence check.
 
     bert-preflight                        # BERT-large, fp16, XLA: NVIDIA's recipe
     bert-preflight --loss_steps=300       # and the recipe's loss against fp32's
+    bert-preflight --nodes                # in an allocation: the allreduce between nodes
     bert-preflight --model base --precision bf16
     bert-preflight --bert_config_file=my_config.json --train_batch_size=32
     (or: bash scripts/preflight.sh ..., python -m cli.preflight ...)
@@ -14,6 +15,11 @@ sequences/s, NVIDIA's figure for that GPU, phase, precision and GPU count with i
 the ratio, the peak memory against the GPU's and whether XLA compiled the model's step, and
 the scaling efficiency beside NVIDIA's. With --loss_steps, the recipe's precision and XLA
 train that many steps against float32 from the same weights on the same batches, judged.
+With --nodes (inside a Slurm allocation, or with HOROVOD_LAUNCH_FLAGS naming the hosts), the
+recipe's launch instead runs timed allreduces of the model's gradients on every GPU of every
+node: the network and the transport NCCL took between nodes, the bus bandwidth beside what
+the node's links carry, and the time a window costs beside NVIDIA's phase-1 window; a socket
+fall-back where InfiniBand is there is a fall-back (exit 2).
 The runs are the project's own pre-training command on synthetic records in a temporary
 folder (--work_dir keeps it, with preflight.json, the facts as JSON). The last line says PASS,
 or what fell back. Exit status: 0 PASS; 2 something fell back (the CPU without --allow_cpu,
@@ -66,6 +72,12 @@ def define_flags(flag_values):
                       "(kept, replaced by the next preflight there). BERT-large needs ~12 GB "
                       "free there: a run writes two checkpoints, removed when it ends. "
                       "Default: a temporary folder, removed unless a run failed.")
+    dist.DEFINE_bool("nodes", False,
+                     "The multi-node check instead of the node's loops: the recipe's launch "
+                     "(srun in a Slurm allocation, horovodrun with HOROVOD_LAUNCH_FLAGS) runs "
+                     "timed allreduces of the model's gradients on every GPU of every node "
+                     "with NCCL_DEBUG=INFO, and the report names the transport between "
+                     "nodes and its bus bandwidth.")
     out.DEFINE_string("from_json", None,
                       "Run nothing: print the report of a saved preflight.json (e.g. another "
                       "node's, or with --allow_cpu), with its exit status.")
@@ -91,9 +103,42 @@ def _measured_facts(flags):
         loss_steps=flags.loss_steps))
 
 
+def _nodes_report(flags):
+    """The multi-node check's report: measured, or read back from its nodes.json."""
+    import dataclasses
+    import json
+    import os
+
+    from pretraining.preflight import model_facts
+    from pretraining.preflight_nodes import check_from_json, report_nodes, run_nodes
+    from runtime import devices
+    from runtime.allreduce_bandwidth import gradient_bytes
+    if flags.from_json:
+        try:
+            with open(flags.from_json, encoding="utf-8") as reader:
+                check = check_from_json(reader.read())
+        except (OSError, UsageError) as err:
+            why = getattr(err, "strerror", None) or err
+            raise UsageError(f"--from_json={flags.from_json}: {why}") from None
+    else:
+        _, config, label, _, _ = model_facts(flags.model, flags.bert_config_file)
+        wire = "float16" if flags.precision == "fp16" else "float32"  # the recipe's allreduce
+        gpus = devices.visible_gpus()
+        check = run_nodes(label, flags.precision, gradient_bytes(config, wire),
+                          gpus[0] if gpus else None, flags.work_dir, allow_cpu=flags.allow_cpu)
+        if flags.work_dir:
+            with open(os.path.join(flags.work_dir, "nodes.json"), "w", encoding="utf-8") as out:
+                json.dump(dataclasses.asdict(check), out, indent=1)
+    return report_nodes(check, allow_cpu=flags.allow_cpu)
+
+
 def main(flags):
     from pretraining.preflight_report import report
     try:
+        if flags.nodes:
+            result = _nodes_report(flags)
+            print(result.text, flush=True)
+            return result.status
         facts = _saved_facts(flags.from_json) if flags.from_json else _measured_facts(flags)
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -48,6 +48,8 @@ def parse_args(argv):
     parser.add_argument("--iterations", type=int, default=10, help="timed allreduces")
     parser.add_argument("--warmup", type=int, default=1, help="untimed allreduces first")
     parser.add_argument("--output", required=True, help="JSON file rank 0 writes")
+    parser.add_argument("--horovod", action="store_true",
+                        help="accepted and ignored: the launchers add it to every trainer")
     parser.add_argument("--allow_cpu", action="store_true",
                         help="run on the CPU where a GPU was expected")
     args = parser.parse_args(argv)
