@@ -230,7 +230,7 @@ def phase_batch(name, memory_bytes, precision, seq=PHASE1_SEQ):
     column = 0 if precision_class == MIXED else 1
     phase = PHASE_OF[seq]
     if not name:
-        return CPU_BATCH[seq], "our choice for a CPU (NVIDIA publishes no CPU batch)"
+        return CPU_BATCH[seq], "our choice for a CPU: NVIDIA publishes no CPU batch"
     table, _ = table_for(name, memory_bytes)
     if table is not None:
         return (table.row(seq, 1).batch[column],
