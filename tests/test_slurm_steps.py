@@ -24,7 +24,6 @@ import pytest
 
 from slurm_cluster import slurm_with_gpus  # noqa: F401 (the module's real Slurm: a fixture)
 
-pytestmark = [pytest.mark.horovod]
 TIMEOUT = 120
 
 
@@ -109,6 +108,7 @@ def task_variables(text):
     return tasks
 
 
+@pytest.mark.horovod
 def test_the_network_probe_runs_under_srun_and_the_users_interface_is_kept(
         slurm_with_gpus, horovod_runner, repo_root, tmp_path):
     """The server and its tasks under the real srun, the task printing its environment (an
