@@ -57,17 +57,18 @@ def choose_cpus(local, allowed):
     return chosen or None
 
 
-def visible_gpu(local_rank, gpus, cuda_visible_devices=None):
+def visible_gpu(gpu_index, gpus, cuda_visible_devices=None):
     """The (index, uuid, bus id) row of nvidia-smi's `gpus` that this rank's TensorFlow uses:
-    GPU number `local_rank` among those CUDA_VISIBLE_DEVICES (indices or UUIDs) leaves
-    visible, or None when that cannot be told (e.g. MIG devices)."""
+    GPU number `gpu_index` among those CUDA_VISIBLE_DEVICES (indices or UUIDs) leaves
+    visible (the local rank's, or 0 for a rank Slurm bound one GPU: runtime/gpu_binding.py),
+    or None when that cannot be told (e.g. MIG devices)."""
     if cuda_visible_devices is not None:
         wanted = [item.strip() for item in cuda_visible_devices.split(",") if item.strip()]
         by_key = {key: gpu for gpu in gpus for key in gpu[:2]}
         gpus = [by_key.get(item) for item in wanted]
-    if local_rank >= len(gpus):
+    if gpu_index >= len(gpus):
         return None
-    return gpus[local_rank]
+    return gpus[gpu_index]
 
 
 def nvidia_smi_gpus():
@@ -92,12 +93,13 @@ def set_process_affinity(cpus):
             pass
 
 
-def pin_to_gpu(local_rank, sysfs="/sys"):
-    """Pins this process to its GPU's local CPUs; returns them, or None if left alone."""
+def pin_to_gpu(gpu_index, sysfs="/sys"):
+    """Pins this process to the local CPUs of its GPU, number `gpu_index` among those it sees;
+    returns them, or None if left alone."""
     gpus = nvidia_smi_gpus()
-    gpu = visible_gpu(local_rank, gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    gpu = visible_gpu(gpu_index, gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
     if gpu is None:
-        logging.debug("CPU affinity left alone: no GPU %d visible to nvidia-smi", local_rank)
+        logging.debug("CPU affinity left alone: no GPU %d visible to nvidia-smi", gpu_index)
         return None
     local = device_cpus(sysfs_bus_id(gpu[2]), sysfs)
     cpus = choose_cpus(local, os.sched_getaffinity(0))
@@ -106,7 +108,7 @@ def pin_to_gpu(local_rank, sysfs="/sys"):
                       "may use", gpu[2])
         return None
     set_process_affinity(cpus)
-    logging.info("local rank %d (GPU %s): pinned to CPUs %s", local_rank, gpu[2],
+    logging.info("GPU %s (nvidia-smi's %s): pinned to CPUs %s", gpu[2], gpu[0],
                  format_cpulist(cpus))
     return cpus
 

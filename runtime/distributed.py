@@ -15,6 +15,9 @@ Devices: a process that should have a GPU and has none stops here, before anythi
 (`runtime.devices.check_devices`; `allow_cpu` lets it run on the CPU), and `describe_devices`
 names what each run uses. A Horovod rank sees only its own GPU, in its eager context as in its
 sessions (`_restrict_to_rank_gpu`): both then number it GPU:0, as they must in one process.
+Which GPU is its own follows its launcher's binding (runtime/gpu_binding.py): the local
+rank's among all the node's GPUs, or the one GPU Slurm's --gpus-per-task=1 leaves it; its
+threads are pinned by that physical GPU.
 """
 import os
 import socket
@@ -26,6 +29,7 @@ from reporting.console import SHOW
 from reporting.errors import UsageError
 from runtime.affinity import pin_to_gpu
 from runtime.devices import check_devices, describe
+from runtime.gpu_binding import rank_gpu
 from runtime.threads import choose_threads
 from runtime.towers import local_devices, session_device_count
 
@@ -49,6 +53,7 @@ class Workers:
         # Without a GPU, the towers are logical CPU devices, which can only be made before
         # TensorFlow initialises its devices.
         self.devices = local_devices(num_local_devices) if num_local_devices > 1 else []
+        self.gpu_index = 0   # this rank's GPU among those it sees (Horovod: set below)
         if self.use_horovod:
             try:
                 import horovod.tensorflow as hvd
@@ -73,20 +78,20 @@ class Workers:
         self._pin_cpus()
 
     def _restrict_to_rank_gpu(self):
-        """This rank's eager context sees only its local GPU, as its sessions do
-        (`session_config`: visible_device_list = local rank). Two views of one process that
-        map TensorFlow's GPU:0 to different physical GPUs fail ("mapped to multiple
+        """This rank's eager context sees only its own GPU, as its sessions do
+        (`session_config`: visible_device_list = that GPU's index). Two views of one process
+        that map TensorFlow's GPU:0 to different physical GPUs fail ("mapped to multiple
         devices"): without this an eager op on rank k >= 1 (the bad-record scan after an
         input failure) would map GPU:0 to physical GPU 0 while the session maps it to GPU k."""
         if not self.gpus:
             return
-        if self.local_rank >= len(self.gpus):
-            raise UsageError(f"Horovod local rank {self.local_rank} but this node has "
-                             f"{len(self.gpus)} GPU(s) visible: start one rank per GPU (-np, "
-                             "--ntasks-per-node)")
+        self.gpu_index = rank_gpu(self.local_rank, self._hvd.local_size(), len(self.gpus))
+        if self.gpu_index != self.local_rank:
+            logging.info("local rank %d: its launcher bound it one GPU (%s): that one",
+                         self.local_rank, os.environ.get("CUDA_VISIBLE_DEVICES"))
         physical = tf.config.list_physical_devices("GPU")
         try:
-            tf.config.set_visible_devices([physical[self.local_rank]], "GPU")
+            tf.config.set_visible_devices([physical[self.gpu_index]], "GPU")
         except RuntimeError:  # devices already initialised (a test process): left as they are
             logging.warning("rank %d: TensorFlow's devices were initialised before Horovod; "
                             "its eager ops may see other GPUs than its sessions", self.rank)
@@ -96,7 +101,7 @@ class Workers:
         if not self.gpus:
             return []
         if self.use_horovod:
-            return [self.gpus[self.local_rank]]
+            return [self.gpus[self.gpu_index]]
         return self.gpus[:self.num_devices]
 
     def describe_devices(self):
@@ -136,7 +141,7 @@ class Workers:
         if self.num_devices > 1:
             logging.debug("%d tower devices: CPU affinity left alone", self.num_devices)
             return
-        pin_to_gpu(self.local_rank)
+        pin_to_gpu(self.gpu_index)
 
     @property
     def is_chief(self):
@@ -175,12 +180,12 @@ class Workers:
         return self._hvd.allreduce(value, op=self._hvd.Sum)
 
     def session_config(self):
-        """ConfigProto pinning this rank to its local GPU (if any). TensorFlow then reserves
+        """ConfigProto pinning this rank to its own GPU (if any). TensorFlow then reserves
         that GPU's memory up front (no allow_growth): growing it piecemeal fragments memory
         and slows the first steps, and no other process shares a training GPU."""
         config = tf1.ConfigProto(allow_soft_placement=True)
         if self.use_horovod and self.gpus:
-            config.gpu_options.visible_device_list = str(self.local_rank)
+            config.gpu_options.visible_device_list = str(self.gpu_index)
         for kind, count in session_device_count(self.devices).items():
             config.device_count[kind] = count  # towers on logical CPU devices
         # The cores allotted to this rank, not the whole machine (runtime.threads).

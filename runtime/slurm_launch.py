@@ -19,15 +19,29 @@ rank (`create_slot_env_vars`, `create_run_env_vars`). Two roles:
   does, a cyclic or arbitrary one would give a rank another node's slot, so that is refused
   in one line. Then it sets Horovod's variables and execs the command.
 
-Which address: with --network-interface (NETWORK_INTERFACE), that interface's address on
-the server's host and that interface in every task (HOROVOD_GLOO_IFACE, NCCL_SOCKET_IFNAME),
-as horovodrun's --network-interface. Without it horovodrun asks every host over ssh for its
-routed interfaces; here the server takes its address on the route to another node of the
-plan (127.0.0.1 when every node is this host), and each task the interface on its own route
-to that address.
+Which interface (one phrase of it, BERT_NETWORK_CHOICE, reaches every rank for its plan line):
+* NCCL_SOCKET_IFNAME, HOROVOD_GLOO_IFACE and NCCL_IB_HCA set by the user or the site (in the
+  batch shell or the tasks' environment) are kept as they are; horovodrun, like Horovod's
+  create_run_env_vars, would overwrite the first two.
+* --network-interface (NETWORK_INTERFACE): that interface's address on the server's host and
+  that interface in every task, as horovodrun's --network-interface.
+* Neither: the server runs one quick srun step, one task a node, that describes each node's
+  interfaces (runtime/node_network.py); an InfiniBand or RoCE interface with an IPv4 address
+  on every node is taken (the server's address on it when its host has it).
+* Otherwise, as horovodrun without ssh cannot ask the hosts: the server takes its address on
+  the route to another node of the plan (127.0.0.1 when every node is this host), and each
+  task the interface on its own route to that address.
+
+The Gloo rendezvous waits HOROVOD_GLOO_TIMEOUT_SECONDS for every rank (Horovod's default 30 s;
+horovod/horovod#2015 needed 240 s at 50 nodes). Ranks that import TensorFlow from a cold
+shared file system arrive minutes apart, so the server sets DEFAULT_GLOO_TIMEOUT (600 s)
+unless the user set one. The same limit bounds each Gloo operation (horovod/horovod#1374: a
+first step compiling for minutes). It only lengthens the wait for a rank that never comes,
+and srun's --kill-on-bad-exit ends the step at once when a rank dies before it arrives.
 """
 import argparse
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -40,12 +54,20 @@ from horovod.runner.http.http_server import RendezvousServer
 from horovod.runner.util import network
 
 from reporting.errors import UsageError
+from runtime.node_network import choose_interface, read_descriptions
 
 # Handed from the server to the tasks through srun's environment, beside Horovod's
 # HOROVOD_GLOO_RENDEZVOUS_ADDR and HOROVOD_GLOO_RENDEZVOUS_PORT.
 PLAN_ENV = "BERT_SLURM_HOSTS"
 INTERFACE_ENV = "BERT_SLURM_INTERFACE"
+REASON_ENV = "BERT_SLURM_INTERFACE_REASON"     # why that interface (or why the route)
 ADDRESS_ENV, PORT_ENV = "HOROVOD_GLOO_RENDEZVOUS_ADDR", "HOROVOD_GLOO_RENDEZVOUS_PORT"
+CHOICE_ENV = "BERT_NETWORK_CHOICE"             # for each rank's plan line
+# Kept as the user or the site set them; the first two are the ones Horovod would set.
+NETWORK_VARIABLES = ("NCCL_SOCKET_IFNAME", "HOROVOD_GLOO_IFACE", "NCCL_IB_HCA")
+GLOO_TIMEOUT_ENV, DEFAULT_GLOO_TIMEOUT = "HOROVOD_GLOO_TIMEOUT_SECONDS", 600
+ROUTE = "the route to the batch node"
+PROBE_TIMEOUT = 300   # s for the probe step (srun may first wait for the nodes)
 
 
 def host_plan(hosts):
@@ -91,12 +113,20 @@ def interface_of(address):
                      "towards the rendezvous server: set NETWORK_INTERFACE")
 
 
-def server_address(plan, interface=None):
-    """The address the tasks reach the server at (see the module's docstring)."""
+def plan_nodes(plan):
+    return list(dict.fromkeys(slot.hostname for slot in plan))
+
+
+def server_address(plan, interface=None, required=True):
+    """The address the tasks reach the server at (see the module's docstring); with
+    `interface` not `required`, its address when this host has one, else the route's."""
     if interface:
-        return interface_address(interface)
-    nodes = list(dict.fromkeys(slot.hostname for slot in plan))
-    remote = network.filter_local_addresses(nodes)
+        try:
+            return interface_address(interface)
+        except UsageError:
+            if required:
+                raise
+    remote = network.filter_local_addresses(plan_nodes(plan))
     if not remote:
         return "127.0.0.1"
     address = network.resolve_host_address(remote[0])
@@ -106,23 +136,92 @@ def server_address(plan, interface=None):
     return source_address(address)
 
 
+def user_network(env):
+    """The interface variables the user or the site set: {name: value}, in a fixed order."""
+    return {name: env[name] for name in NETWORK_VARIABLES if env.get(name)}
+
+
+def gloo_timeout(env):
+    """HOROVOD_GLOO_TIMEOUT_SECONDS as the ranks get it: the user's, checked, or 600."""
+    value = env.get(GLOO_TIMEOUT_ENV) or str(DEFAULT_GLOO_TIMEOUT)
+    if not value.isdigit() or int(value) < 1:
+        raise UsageError(f"{GLOO_TIMEOUT_ENV}={value}: must be a whole number of seconds, at "
+                         f"least 1 (unset: {DEFAULT_GLOO_TIMEOUT})")
+    return value
+
+
+def probe_network(nodes, env, srun="srun"):
+    """The descriptions of `nodes` (runtime/node_network.py), from one srun step with one
+    task a node, and why not where that step failed ("" when it ran)."""
+    command = [srun, f"--nodes={len(nodes)}", f"--ntasks={len(nodes)}", "--ntasks-per-node=1",
+               f"--nodelist={','.join(nodes)}", "--kill-on-bad-exit=1", "--cpu-bind=none",
+               "--job-name=bert-network-probe", sys.executable, "-m", "runtime.node_network"]
+    try:
+        result = subprocess.run(command, env=env, capture_output=True, text=True,
+                                timeout=PROBE_TIMEOUT)
+    except (OSError, subprocess.SubprocessError) as error:
+        return [], f"the probe step did not run ({error})"
+    descriptions = read_descriptions(result.stdout)
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or ["no message"])[-1]
+        return descriptions, f"the probe step failed ({result.returncode}: {last})"
+    return descriptions, ""
+
+
+def choose_network(plan, interface, env):
+    """(interface or None, why) for the tasks: NETWORK_INTERFACE; none when the user or
+    the site set an interface variable; else InfiniBand/RoCE on every node (probed), else
+    None with why the route is taken."""
+    if interface:
+        return interface, "NETWORK_INTERFACE"
+    if user_network(env):
+        return None, ROUTE
+    if not shutil.which("srun", path=env.get("PATH")):
+        return None, f"{ROUTE}; srun not found, the nodes' interfaces were not read"
+    nodes = plan_nodes(plan)
+    descriptions, failure = probe_network(nodes, env)
+    chosen, why = choose_interface(descriptions, nodes)
+    if chosen:
+        return chosen, why
+    if failure:
+        print(f"slurm_launch: warning: {failure}; Gloo and NCCL use {ROUTE}", file=sys.stderr)
+    return None, f"{ROUTE}; {why}"
+
+
 def serve(hosts, interface, command):
     """The server role: rendezvous for `hosts`, `command` run with it; its exit status."""
     plan = host_plan(hosts)
-    address = server_address(plan, interface)
+    env = dict(os.environ)
+    env[GLOO_TIMEOUT_ENV] = gloo_timeout(env)
+    chosen, why = choose_network(plan, interface, env)
+    address = server_address(plan, chosen, required=bool(interface))
     rendezvous = RendezvousServer()
     port = rendezvous.start()
     rendezvous.init(plan)
-    env = dict(os.environ, **{ADDRESS_ENV: address, PORT_ENV: str(port), PLAN_ENV: hosts})
+    env.update({ADDRESS_ENV: address, PORT_ENV: str(port), PLAN_ENV: hosts, REASON_ENV: why})
     env.pop(INTERFACE_ENV, None)
-    if interface:
-        env[INTERFACE_ENV] = interface
+    if chosen:
+        env[INTERFACE_ENV] = chosen
     try:
         return subprocess.call(command, env=env)
     except OSError as error:
         raise UsageError(f"cannot run {command[0]}: {error.strerror}") from None
     finally:
         rendezvous.stop()
+
+
+def choice_phrase(user, interface, why):
+    """BERT_NETWORK_CHOICE: "ib0 (InfiniBand, on every node)", "NCCL_SOCKET_IFNAME=ib0 (set
+    by you or the site); Gloo: eth0 (the route to the batch node)", ..."""
+    chosen = f"{interface} ({why})"
+    if not user:
+        return chosen
+    kept = ", ".join(f"{name}={value}" for name, value in user.items())
+    rest = [label for name, label in (("HOROVOD_GLOO_IFACE", "Gloo"),
+                                      ("NCCL_SOCKET_IFNAME", "NCCL's sockets"))
+            if name not in user]
+    return f"{kept} (set by you or the site)" + (f"; {' and '.join(rest)}: {chosen}"
+                                                  if rest else "")
 
 
 def _whole(env, name):
@@ -159,11 +258,17 @@ def task_env(env):
             f"({env[PLAN_ENV]}, ranks node by node) has rank {rank} on {slot.hostname} as "
             f"local rank {slot.local_rank}: use srun's block distribution "
             f"(SLURM_DISTRIBUTION={env.get('SLURM_DISTRIBUTION', 'unset')})")
-    interface = env.get(INTERFACE_ENV) or interface_of(source_address(env[ADDRESS_ENV]))
+    user = user_network(env)
     result = dict(env, PYTHONUNBUFFERED="1")
     result.update(create_slot_env_vars(slot))
+    result[GLOO_TIMEOUT_ENV] = gloo_timeout(env)
+    # The interface for the variables the user or the site left unset (none when both are set).
+    interface = env.get(INTERFACE_ENV)
+    if not interface and not {"HOROVOD_GLOO_IFACE", "NCCL_SOCKET_IFNAME"} <= user.keys():
+        interface = interface_of(source_address(env[ADDRESS_ENV]))
     result.update({name: str(value) for name, value in create_run_env_vars(
-        env[ADDRESS_ENV], [interface], env[PORT_ENV]).items()})
+        env[ADDRESS_ENV], [interface or ""], env[PORT_ENV]).items() if name not in user})
+    result[CHOICE_ENV] = choice_phrase(user, interface, env.get(REASON_ENV) or ROUTE)
     return result
 
 

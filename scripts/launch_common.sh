@@ -196,7 +196,11 @@ forward_to_child() { _signal_once TERM "$1"; }
 # Gloo rendezvous (runtime/slurm_launch.py: its server runs here, around srun). The plan is
 # horovodrun's (ranks node by node), which srun's block distribution gives; another
 # distribution (e.g. sbatch --distribution=cyclic) is refused here in one line, and each task
-# checks its place again. NETWORK_INTERFACE (e.g. ib0) pins Gloo and NCCL to one interface.
+# checks its place again. NETWORK_INTERFACE (e.g. ib0) pins Gloo and NCCL to one interface;
+# without it an InfiniBand/RoCE interface every node has is taken (the server probes the
+# nodes in one quick srun step first), else the route between the nodes. NCCL_SOCKET_IFNAME,
+# HOROVOD_GLOO_IFACE and NCCL_IB_HCA set by the user or the site are kept; Gloo's rendezvous
+# waits HOROVOD_GLOO_TIMEOUT_SECONDS (600 s unless set) for the last rank.
 # Preemption: srun answers SIGTERM by SIGKILLing its tasks ("forcing job termination"), so
 # the tasks (children of slurmstepd, not of this shell) get SIGTERM from
 # `scancel --signal=TERM JOB.STEP` instead (`forward_to_step`): they stop at one boundary,
@@ -285,6 +289,37 @@ supervise() {
   return "$status"
 }
 
+# ---- horovodrun: the site's network settings and Gloo's rendezvous timeout -------------
+# horovodrun runs each rank as "env <its variables> ... NCCL_SOCKET_IFNAME=<its nics>
+# HOROVOD_GLOO_IFACE=<its nic> COMMAND" (horovod/runner/gloo_run.py), overwriting what the
+# user or the site set; so COMMAND starts with `env NAME=value ...`, which sets them back
+# (NCCL_IB_HCA too, for one place to read them). BERT_NETWORK_CHOICE says, for each rank's
+# plan line, what the ranks talk on (runtime/slurm_launch.py does the same for srun).
+# Gloo's rendezvous waits HOROVOD_GLOO_TIMEOUT_SECONDS for every rank, 600 s unless set
+# (Horovod's default is 30 s; runtime/slurm_launch.py says why), as --gloo-timeout-seconds.
+GLOO_TIMEOUT_DEFAULT=600
+_horovodrun_settings() {  # -> _HVD_FLAGS (horovodrun flags), _HVD_ENV (env NAME=value ...)
+  local timeout=${HOROVOD_GLOO_TIMEOUT_SECONDS:-$GLOO_TIMEOUT_DEFAULT} name kept="" rest="" choice nic
+  if ! [[ "$timeout" =~ ^[0-9]+$ ]] || (( 10#$timeout < 1 )); then
+    echo "HOROVOD_GLOO_TIMEOUT_SECONDS=$timeout: must be a whole number of seconds, at least 1" \
+         "(unset: $GLOO_TIMEOUT_DEFAULT)" >&2; exit 1
+  fi
+  _HVD_FLAGS=()
+  [ -n "$(_launch_flag --gloo-timeout-seconds)" ] || _HVD_FLAGS=(--gloo-timeout-seconds "$timeout")
+  _HVD_ENV=(env)
+  for name in NCCL_SOCKET_IFNAME HOROVOD_GLOO_IFACE NCCL_IB_HCA; do
+    [ -n "${!name:-}" ] || continue
+    _HVD_ENV+=("$name=${!name}"); kept+="${kept:+, }$name=${!name}"
+  done
+  nic=$(_launch_flag --network-interface --network-interfaces)
+  choice="horovodrun's choice (an interface routed between the hosts)"
+  [ -z "$nic" ] || choice="$nic (--network-interface)"
+  [ -n "${HOROVOD_GLOO_IFACE:-}" ] || rest="Gloo"
+  [ -n "${NCCL_SOCKET_IFNAME:-}" ] || rest+="${rest:+ and }NCCL's sockets"
+  if [ -n "$kept" ]; then choice="$kept (set by you or the site)${rest:+; $rest: $choice}"; fi
+  _HVD_ENV+=("BERT_NETWORK_CHOICE=$choice")
+}
+
 # horovod_builds: "gloo" and/or "mpi": the controllers this Horovod was built with (nothing
 # when Horovod for TensorFlow does not import).
 horovod_builds() {
@@ -327,8 +362,9 @@ launch() {
     elif [[ "$builds" == *" gloo "* ]] && [ -x "$hvd" ]; then
       # HOROVOD_LAUNCH_FLAGS replaces the single-node default (scripts/run.sub sets the hosts).
       _LAUNCH_FLAGS=${HOROVOD_LAUNCH_FLAGS:---gloo -H localhost:$num_gpus}
-      cmd=("$hvd" -np "$num_gpus" $_LAUNCH_FLAGS ${SSH_PORT:+-p "$SSH_PORT"}
-           "$PYTHON" "$@" --horovod)
+      _horovodrun_settings
+      cmd=("$hvd" -np "$num_gpus" $_LAUNCH_FLAGS ${SSH_PORT:+-p "$SSH_PORT"} "${_HVD_FLAGS[@]}"
+           "${_HVD_ENV[@]}" "$PYTHON" "$@" --horovod)
       forwarder=forward_to_ranks
     elif [[ "$builds" == *" mpi "* ]] && command -v mpirun >/dev/null 2>&1; then
       cmd=(mpirun -np "$num_gpus" --allow-run-as-root -bind-to none -map-by slot

@@ -19,6 +19,7 @@ import pwd
 import re
 import shutil
 import socket
+import stat
 import subprocess
 import tempfile
 import time
@@ -65,10 +66,15 @@ def _tail(path, lines=15):
 
 
 class SlurmCluster:
-    """One node (this host, `hostname -s`, at 127.0.0.1) with 2 CPUs in one partition."""
+    """One node (this host, `hostname -s`, at 127.0.0.1) with 2 CPUs in one partition; with
+    `gpus` N, also N GPUs as Slurm's generic resource `gpu` (`Gres=gpu:N`), whose device files
+    are character devices made in the cluster's folder (gres.conf `File=`, `AutoDetect=off`): slurmd
+    hands them out and sets the jobs' GPU variables (SLURM_GPUS_ON_NODE, SLURM_JOB_GPUS,
+    SLURM_STEP_GPUS, CUDA_VISIBLE_DEVICES) as on a GPU node; nothing can compute on them."""
 
-    def __init__(self, cpus=2):
+    def __init__(self, cpus=2, gpus=0):
         self.cpus = cpus
+        self.gpus = gpus
         self.folder = None
         self.processes = {}   # daemon name -> Popen
         self.jobs = []        # ids of the jobs submitted, cancelled at stop()
@@ -155,9 +161,24 @@ class SlurmCluster:
             "ReturnToService": 2, "SlurmdDebug": "info", "SlurmctldDebug": "info",
             "MinJobAge": 600,   # finished jobs stay visible to `scontrol show job`
         }
+        gres = ""
+        if self.gpus:
+            settings["GresTypes"] = "gpu"
+            os.mkdir(path("dev"))
+            for index in range(self.gpus):   # character devices, as slurmd requires
+                try:                              # (NVIDIA's major 195: no driver here)
+                    os.mknod(path("dev", f"nvidia{index}"), stat.S_IFCHR | 0o600,
+                             os.makedev(195, index))
+                except OSError as error:
+                    raise SlurmUnavailable(f"cannot make the fake GPU device files in "
+                                           f"{self.folder} ({error.strerror})") from None
+            with open(path("gres.conf"), "w") as conf:
+                conf.write(f"AutoDetect=off\nNodeName={self.node} Name=gpu "
+                           f"File={path('dev', 'nvidia')}[0-{self.gpus - 1}]\n")
+            gres = f" Gres=gpu:{self.gpus}"
         lines = [f"{key}={value}" for key, value in settings.items()]
         lines.append(f"NodeName={self.node} NodeAddr=127.0.0.1 NodeHostname={self.node} "
-                     f"CPUs={self.cpus} RealMemory=1000 State=UNKNOWN")
+                     f"CPUs={self.cpus} RealMemory=1000{gres} State=UNKNOWN")
         lines.append(f"PartitionName=test Nodes={self.node} Default=YES MaxTime=INFINITE "
                      "State=UP")
         with open(self.conf, "w") as conf:
@@ -296,13 +317,22 @@ class SlurmCluster:
         return record
 
 
-@pytest.fixture(scope="module")
-def slurm():
-    """A real single-node Slurm for this module, or a skip saying why there is none."""
-    cluster = SlurmCluster()
+def _started(cluster):
     try:
         cluster.start()
     except SlurmUnavailable as reason:
         pytest.skip(f"no real Slurm on this machine: {reason}")
     yield cluster
     cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    """A real single-node Slurm for this module, or a skip saying why there is none."""
+    yield from _started(SlurmCluster())
+
+
+@pytest.fixture(scope="module")
+def slurm_with_gpus():
+    """The same with 4 fake GPUs Slurm manages (Gres=gpu:4); nothing can compute on them."""
+    yield from _started(SlurmCluster(gpus=4))

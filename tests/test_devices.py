@@ -7,7 +7,10 @@ runtime/distributed.py, training/run_config.py):
   CPU and say so in the plan line;
 * NVIDIA's XLA settings on GPU runs: lazy compilation off in the environment the process gets,
   Grappler's memory optimizer off in the session config; the CPU's XLA flag only on CPU runs;
-* a Horovod rank sees only its own GPU in its eager context, as in its sessions;
+* a Horovod rank sees only its own GPU in its eager context, as in its sessions; its own is
+  the local rank's among all the node's GPUs, or the one GPU Slurm bound it
+  (--gpus-per-task=1), which its CPU affinity follows; any other count is refused in one line
+  whose advice fits;
 * the devices named in the plan line (GPU name, compute capability, memory), from faked
   device lists.
 """
@@ -22,7 +25,8 @@ import tensorflow as tf
 from tensorflow.core.protobuf import rewriter_config_pb2
 
 import fake_gpu
-from runtime import devices, distributed
+from runtime import affinity, devices, distributed
+from runtime.gpu_binding import rank_gpu
 from runtime.devices import GpuInfo, check_devices, gpu_expected, no_gpu_cause
 from test_pretraining import command_line, data  # noqa: F401  (module fixture)
 from training.run_config import make_run_config
@@ -181,7 +185,16 @@ def test_session_config_under_xla_is_nvidias_on_gpus(tmp_path):
 @pytest.fixture
 def faked_gpus(monkeypatch):
     """TensorFlow lists 4 A100s; set_visible_devices calls are recorded, not made."""
-    physical = [tf.config.PhysicalDevice(f"/physical_device:GPU:{i}", "GPU") for i in range(4)]
+    return fake_gpu_list(monkeypatch, 4)
+
+
+def fake_gpu_list(monkeypatch, count):
+    """TensorFlow lists `count` A100s; set_visible_devices calls are recorded, not made;
+    CPU affinity left alone; no CUDA_VISIBLE_DEVICES, no Slurm step."""
+    for name in ("CUDA_VISIBLE_DEVICES", "SLURM_GPUS_ON_NODE"):
+        monkeypatch.delenv(name, raising=False)
+    physical = [tf.config.PhysicalDevice(f"/physical_device:GPU:{i}", "GPU")
+                for i in range(count)]
     calls = []
     monkeypatch.setattr(tf.config, "list_physical_devices",
                         lambda kind=None: physical if kind == "GPU" else [])
@@ -190,7 +203,7 @@ def faked_gpus(monkeypatch):
     monkeypatch.setattr(tf.config, "set_visible_devices",
                         lambda chosen, kind=None: calls.append((list(chosen), kind)))
     monkeypatch.setattr(devices, "_nvml_memory", lambda count: [A100.memory_bytes] * count)
-    monkeypatch.setattr(distributed, "pin_to_gpu", lambda local_rank: None)
+    monkeypatch.setattr(distributed, "pin_to_gpu", lambda gpu_index: None)
     monkeypatch.setattr(distributed, "check_devices",
                         lambda allow_cpu: check_devices(allow_cpu, expected="faked"))
     return physical, calls
@@ -218,8 +231,64 @@ def test_a_horovod_rank_sees_its_own_gpu_eagerly_as_in_its_sessions(faked_gpus, 
         "8 rank(s), one GPU each; rank 5: GPU 1: NVIDIA A100-SXM4-80GB (compute capability "
         "8.0, 80.0 GiB)")
     fake_horovod(monkeypatch, rank=4, local_rank=4, local_size=5)
-    with pytest.raises(UsageError, match="Horovod local rank 4 but this node has 4 GPU"):
+    with pytest.raises(UsageError, match="Horovod local rank 4 of 5 on this node sees 4 GPUs"):
         distributed.Workers(use_horovod=True)
+
+
+def test_a_rank_slurm_bound_one_gpu_computes_on_it_and_is_pinned_by_it(monkeypatch):
+    """srun --gpus-per-task=1 (or --gpu-bind=single:1) leaves each task one GPU: local rank 2
+    of 4 sees physical GPU 3 alone (CUDA_VISIBLE_DEVICES=3, as slurmd sets it:
+    tests/test_slurm_steps.py). That GPU is the rank's: TensorFlow's GPU 0 in its eager view
+    and its sessions, and its threads go to GPU 3's CPUs. (Before, every local rank >= 1
+    stopped: "Horovod local rank 2 but this node has 1 GPU(s) visible".)"""
+    physical, calls = fake_gpu_list(monkeypatch, 1)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    monkeypatch.setenv("SLURM_GPUS_ON_NODE", "4")
+    # nvidia-smi sees the node's 4 GPUs; each hangs off its own CPUs
+    gpus = [(str(i), f"GPU-{i}", f"00000000:{0x1a + i:02X}:00.0") for i in range(4)]
+    pinned = []
+    monkeypatch.setattr(distributed, "pin_to_gpu", affinity.pin_to_gpu)
+    monkeypatch.setattr(affinity, "nvidia_smi_gpus", lambda: gpus)
+    monkeypatch.setattr(affinity, "device_cpus", lambda bus, sysfs: [10 * int(bus[5:7], 16)])
+    monkeypatch.setattr(affinity.os, "sched_getaffinity", lambda pid: set(range(300)))
+    monkeypatch.setattr(affinity, "set_process_affinity", pinned.append)
+    fake_horovod(monkeypatch, rank=6, local_rank=2, local_size=4)
+    workers = distributed.Workers(use_horovod=True)
+    assert calls == [([physical[0]], "GPU")]
+    assert workers.session_config().gpu_options.visible_device_list == "0"
+    assert workers.describe_devices().endswith("rank 6: GPU 0: NVIDIA A100-SXM4-80GB "
+                                               "(compute capability 8.0, 80.0 GiB)")
+    assert pinned == [[10 * (0x1a + 3)]]   # physical GPU 3's CPUs
+
+
+@pytest.mark.parametrize("local_rank, local_size, visible, environ, expected", [
+    (3, 4, 4, {}, 3),                                           # horovodrun: all of them
+    (3, 4, 8, {"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}, 3),
+    (3, 4, 1, {"CUDA_VISIBLE_DEVICES": "GPU-5b1e"}, 0),         # bound by UUID
+    (1, 2, 1, {},
+     "Horovod local rank 1 of 2 on this node, which shows this rank 1 GPU (CUDA_VISIBLE_DEVICES "
+     "unset) that every rank on the node would share: start one rank a node (GPUS_PER_NODE=1 "
+     "with run.sub or srun, -H HOST:1 with horovodrun)"),
+    (1, 4, 2, {"CUDA_VISIBLE_DEVICES": "2,3"},
+     "Horovod local rank 1 of 4 on this node sees 2 GPUs (CUDA_VISIBLE_DEVICES=2,3): a rank "
+     "must see either one GPU, its own (srun --gpus-per-task=1 or --gpu-bind=single:1), or at "
+     "least one GPU per rank on the node (4); if the node has only 2, start 2 ranks a node "
+     "(GPUS_PER_NODE=2)"),
+    # CUDA_VISIBLE_DEVICES=0 for every rank of a step that has one GPU on the node
+    (0, 2, 1, {"CUDA_VISIBLE_DEVICES": "0", "SLURM_GPUS_ON_NODE": "1"},
+     "Horovod local rank 0 of 2 on this node: Slurm gave the step 1 GPU(s) on this node "
+     "(SLURM_GPUS_ON_NODE) for 2 ranks; ask for 2 a node (sbatch --gpus-per-node=2 or "
+     "--gres=gpu:2), or start 1 rank(s) a node (GPUS_PER_NODE=1)"),
+], ids=["all", "more_than_ranks", "bound_by_uuid", "one_gpu_shared", "two_of_four",
+        "step_too_small"])
+def test_which_gpu_is_a_ranks_own_or_why_none_is(local_rank, local_size, visible, environ,
+                                                  expected):
+    if isinstance(expected, int):
+        assert rank_gpu(local_rank, local_size, visible, environ) == expected
+    else:
+        with pytest.raises(UsageError) as refused:
+            rank_gpu(local_rank, local_size, visible, environ)
+        assert str(refused.value) == expected
 
 
 def test_the_plan_names_the_gpus_of_one_process_and_of_its_towers(faked_gpus):

@@ -9,6 +9,11 @@ the loopback), not a stub `scontrol`, with both ways of starting the two Horovod
   checkpoint; the same `sbatch` again resumes phase 1 and runs phase 2, ending both phases on
   horovodrun's weights, bit for bit (phase 2 is a whole srun phase from the same start).
 * `sbatch --distribution=cyclic` is refused in one line before any rank starts.
+* A slow start: in the horovodrun job and in the first srun job, rank 1 is held back 45 s
+  before it starts the trainer (PYTHON is a wrapper that sleeps once), so the ranks reach
+  Gloo's rendezvous ~45 s apart, as ranks importing TensorFlow from a cold shared file system
+  can. Both train, with the launch's 600 s rendezvous timeout; with Horovod's default 30 s
+  rank 0 stopped ("Gloo context initialization failed: Timed out ...").
 
 The job is submitted as a user would: from a folder of its own (where the `%x-%j.out` output
 file lands) with the path of scripts/run.sub, its #SBATCH lines as they are but for what this
@@ -18,6 +23,7 @@ import glob
 import os
 import re
 import shutil
+import sys
 import time
 
 import numpy as np
@@ -42,6 +48,28 @@ PHASE2_STEPS = TRAIN_STEPS // 10 * (32 * ACCUMULATION) // (8 * ACCUMULATION)
 # --exclusive, --time, --signal, --output=%x-%j.out) stay in force.
 SBATCH_OVERRIDES = ["--nodes=1", "--gpus-per-node=0"]
 JOB_TIMEOUT = 900
+HOLD_BACK = 45   # s: longer than Horovod's default rendezvous timeout (30 s)
+
+
+def held_back_python(folder):
+    """A PYTHON that holds rank 1 back HOLD_BACK s the first time it starts the trainer (a
+    marker folder makes it once), then runs the real Python; beside it the venv's horovodrun,
+    which the launcher looks for beside PYTHON."""
+    bin_dir = folder / "rank1-late"
+    bin_dir.mkdir()
+    (bin_dir / "horovodrun").symlink_to(os.path.join(os.path.dirname(sys.executable),
+                                                     "horovodrun"))
+    path = bin_dir / "python"
+    path.write_text(f"""#!/bin/sh
+case " $* " in *run_pretraining.py*)
+  if [ "${{HOROVOD_RANK:-}}" = 1 ] && mkdir "{folder / 'held-back'}" 2>/dev/null; then
+    echo "rank 1 held back {HOLD_BACK} s before it starts" >&2; sleep {HOLD_BACK}
+  fi ;;
+esac
+exec {sys.executable} "$@"
+""")
+    path.chmod(0o755)
+    return str(path)
 
 
 @pytest.fixture(scope="module")
@@ -126,9 +154,12 @@ def uninterrupted(slurm, horovod, data, repo_root, tmp_path_factory):
     (BERT_LAUNCHER=ssh): (results folder, its output)."""
     folder = tmp_path_factory.mktemp("slurm-uninterrupted")
     results = folder / "results"
-    job_id, path = submit(slurm, repo_root, folder, job_env(data, results, BERT_LAUNCHER="ssh"))
+    env = job_env(data, results, BERT_LAUNCHER="ssh")
+    env["PYTHON"] = held_back_python(folder)   # rank 1 starts 45 s late
+    job_id, path = submit(slurm, repo_root, folder, env)
     state, code, output = finish(slurm, job_id, path)
     assert (state, code) == ("COMPLETED", 0), f"job {job_id} {state} ({code}):\n{output[-4000:]}"
+    assert f"rank 1 held back {HOLD_BACK} s" in output, output[-4000:]
     return results, output
 
 
@@ -165,8 +196,10 @@ def test_srun_ranks_stop_on_scancel_batch_term_and_the_same_sbatch_resumes_to_ho
     reference, _ = uninterrupted
     results = tmp_path / "results"
     env = srun_env(data, results, tmp_path)
+    env["PYTHON"] = held_back_python(tmp_path)   # rank 1 starts 45 s late, in this job only
     job_id, path = submit(slurm, repo_root, tmp_path, env)
     wait_for_output(slurm, job_id, path, r"^0: .*step 1/")   # srun --label: "RANK: line"
+    assert f"rank 1 held back {HOLD_BACK} s" in job_output(path)
     slurm.run(["scancel", "--batch", "--signal=TERM", job_id])
     state, code, output = finish(slurm, job_id, path)
     assert "-> 2 ranks, started by srun, one task per GPU" in output, output[-4000:]

@@ -5,12 +5,18 @@ without a Slurm: a few seconds, no TensorFlow. tests/test_slurm.py trains under 
   run on the same plan, is the reference), from one rendezvous server.
 * A task Slurm put elsewhere than the plan (a cyclic distribution), or one not started through
   the server, is refused in one line.
+* The network: NCCL_SOCKET_IFNAME, HOROVOD_GLOO_IFACE and NCCL_IB_HCA set by the user are kept
+  (srun and horovodrun); otherwise the server probes every node in one srun step and takes
+  InfiniBand found on all of them (probe output canned from fake sysfs trees), else the route;
+  every rank gets the choice in one phrase (BERT_NETWORK_CHOICE), and Gloo's rendezvous
+  timeout of 600 s (HOROVOD_GLOO_TIMEOUT_SECONDS, the user's kept; a bad one refused).
 * `launch` with BERT_LAUNCHER=srun: the srun line (one task per GPU, node by node), SIGTERM
   to the launcher reaches the tasks through `scancel --signal=TERM JOB.STEP` and never
   through srun (the real srun SIGKILLs its tasks on SIGTERM), no ssh; and what it cannot
   launch is refused in one line before anything starts.
 Stand-ins for srun, scontrol, scancel and the trainer: srun starts its tasks here with the
 SLURM_* variables of a block (or cyclic) distribution."""
+import json
 import os
 import re
 import signal
@@ -19,6 +25,9 @@ import sys
 import time
 
 import pytest
+
+from runtime.node_network import describe_node
+from test_node_network import ib_node
 
 pytestmark = [pytest.mark.horovod]
 
@@ -32,7 +41,9 @@ COMPARED = re.compile(r"^(HOROVOD_\w+|NCCL_SOCKET_IFNAME|PYTHONUNBUFFERED)=(.*)$
 # name; on SIGTERM it SIGKILLs them, as the real srun does ("forcing job termination").
 SRUN = r"""#!/usr/bin/env bash
 echo "srun $*"
-ntasks=1 per_node=1
+echo "srun $*" >> "$STUB_DIR/srun.log"
+ntasks=1 per_node=1 probe=""
+[[ " $* " != *" runtime.node_network"* ]] || probe=1
 while [ "${1#-}" != "$1" ]; do
   case "$1" in
     --ntasks=*) ntasks=${1#*=} ;;
@@ -44,6 +55,11 @@ done
 trap 'echo "srun got TERM: forcing job termination"; kill -9 $(jobs -p); exit 137' TERM
 nodes=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))
 used=$(( ntasks / per_node ))
+if [ -n "$probe" ] && [ -n "${STUB_PROBE:-}" ]; then   # the nodes' descriptions, canned
+  for ((task = 0; task < ntasks; task++)); do echo "$task: $(cat "$STUB_PROBE/${nodes[task]}")"; done
+  exit 0
+fi
+: > "$STUB_DIR/task_pids"
 for ((task = 0; task < ntasks; task++)); do
   if [ "${STUB_DISTRIBUTION:-block}" = cyclic ]; then
     node=$(( task % used )); local=$(( task / used ))
@@ -78,10 +94,12 @@ echo "ssh $*" >> "$STUB_DIR/ssh.log"
 exit 255
 """
 # $PYTHON: the Horovod build query (-c), the real Python for `-m runtime.slurm_launch`, and
-# otherwise a trainer that prints its rank and exits 0 once it gets SIGTERM.
+# otherwise a trainer that prints its rank and exits 0 once it gets SIGTERM (or, with
+# STUB_PRINT_ENV, prints its environment and exits).
 PYTHON = """#!/usr/bin/env bash
 if [ "$1" = -c ]; then echo "$STUB_BUILDS"; exit 0; fi
 if [ "$1" = -m ]; then exec {real} "$@"; fi
+if [ -n "${{STUB_PRINT_ENV:-}}" ]; then env; exit 0; fi
 trap 'echo "rank $HOROVOD_RANK got TERM"; exit 0' TERM
 echo "rank $HOROVOD_RANK of $HOROVOD_SIZE on $HOROVOD_HOSTNAME started: $*"
 while :; do sleep 0.1; done
@@ -103,7 +121,7 @@ def stubs(tmp_path, horovod_runner):
         (folder / name).write_text(text)
         (folder / name).chmod(0o755)
     env = {name: value for name, value in os.environ.items()
-           if not name.startswith(("SLURM_", "HOROVOD_", "BERT_"))}
+           if not name.startswith(("SLURM_", "HOROVOD_", "BERT_", "NCCL_"))}
     env.update(PATH=f"{folder}:/usr/bin:/bin", STUB_DIR=str(tmp_path), STUB_BUILDS="gloo ",
                PYTHON=str(folder / "python"), PYTHONPATH="")
     return tmp_path, env
@@ -139,8 +157,72 @@ def test_each_task_gets_the_variables_horovodrun_gives_that_rank(stubs, repo_roo
         del variables_of_rank["HOROVOD_GLOO_RENDEZVOUS_PORT"]
     assert len(ports) == 1 and ports.pop().isdigit()   # one server for every task
     assert theirs[3]["HOROVOD_HOSTNAME"] == "127.0.0.1" and theirs[3]["HOROVOD_CROSS_RANK"] == "1"
+    # Ours wait 600 s for the last rank at the rendezvous, horovodrun's Horovod's 30 s.
+    assert {rank.pop("HOROVOD_GLOO_TIMEOUT_SECONDS") for rank in ours} == {"600"}
     assert ours == theirs
     assert not (folder / "ssh.log").exists()
+    # The server read both nodes' interfaces (one srun step, a task a node) and found no
+    # InfiniBand here: the route, said in one phrase to every rank.
+    probe, step = (folder / "srun.log").read_text().splitlines()
+    assert probe.split() == [
+        "srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", f"--nodelist={','.join(NODES)}",
+        "--kill-on-bad-exit=1", "--cpu-bind=none", "--job-name=bert-network-probe",
+        sys.executable, "-m", "runtime.node_network"]
+    assert step.startswith("srun --ntasks=4 ")
+    assert {choice(folder, rank) for rank in range(4)} == {
+        "lo (the route to the batch node; no InfiniBand/RoCE interface on localhost, 127.0.0.1)"}
+
+
+def choice(folder, rank):
+    """BERT_NETWORK_CHOICE in the environment task `rank` printed."""
+    return dict(line.split("=", 1) for line in (folder / f"task.{rank}.out").read_text()
+                .splitlines() if "=" in line).get("BERT_NETWORK_CHOICE")
+
+
+def test_the_users_network_settings_are_kept_and_nothing_is_probed(stubs, repo_root):
+    """NCCL_SOCKET_IFNAME=ib0 (an interface this machine lacks: nothing dials on it here) and
+    NCCL_IB_HCA set by the user stay as they are in every task, as does a longer Gloo
+    timeout; Gloo takes the route; no probe step runs. (Before, each task came out with
+    NCCL_SOCKET_IFNAME=lo.)"""
+    folder, env = stubs
+    env = dict(env, SLURM_JOB_NODELIST=",".join(NODES), NCCL_SOCKET_IFNAME="ib0",
+               NCCL_IB_HCA="mlx5_0,mlx5_1", HOROVOD_GLOO_TIMEOUT_SECONDS="1200")
+    task = [sys.executable, "-m", "runtime.slurm_launch", "task", "--", "env"]
+    result = run_server(repo_root, env, ["srun", "--ntasks=4", "--ntasks-per-node=2"] + task)
+    assert result.returncode == 0, result.stderr
+    for rank in range(4):
+        got = variables((folder / f"task.{rank}.out").read_text())
+        assert (got["NCCL_SOCKET_IFNAME"], got["HOROVOD_GLOO_IFACE"],
+                got["HOROVOD_GLOO_TIMEOUT_SECONDS"]) == ("ib0", "lo", "1200")
+        assert "NCCL_IB_HCA=mlx5_0,mlx5_1" in (folder / f"task.{rank}.out").read_text()
+        assert choice(folder, rank) == ("NCCL_SOCKET_IFNAME=ib0, NCCL_IB_HCA=mlx5_0,mlx5_1 (set "
+                                        "by you or the site); Gloo: lo (the route to the batch "
+                                        "node)")
+    assert [line.split()[1] for line in (folder / "srun.log").read_text().splitlines()] == \
+        ["--ntasks=4"]   # the ranks' step alone
+
+
+def test_infiniband_on_every_node_is_taken_for_gloo_and_nccl(stubs, repo_root, tmp_path):
+    """The probe step (its output canned from fake sysfs trees, tests/test_node_network.py)
+    finds ib0 with an address on both nodes: every task talks on it, and says so. This host
+    has no ib0, so the rendezvous address stays the route's (127.0.0.1)."""
+    folder, env = stubs
+    canned = tmp_path / "probe"
+    canned.mkdir()
+    for number, node in enumerate(NODES):
+        description = describe_node(ib_node(tmp_path / f"sys{number}"),
+                                    {"eno1": f"10.1.0.{number}", "ib0": f"10.2.0.{number}"},
+                                    node=node)
+        (canned / node).write_text(json.dumps(description))
+    env = dict(env, SLURM_JOB_NODELIST=",".join(NODES), STUB_PROBE=str(canned))
+    task = [sys.executable, "-m", "runtime.slurm_launch", "task", "--", "env"]
+    result = run_server(repo_root, env, ["srun", "--ntasks=4", "--ntasks-per-node=2"] + task)
+    assert result.returncode == 0, result.stderr
+    for rank in range(4):
+        got = variables((folder / f"task.{rank}.out").read_text())
+        assert (got["NCCL_SOCKET_IFNAME"], got["HOROVOD_GLOO_IFACE"],
+                got["HOROVOD_GLOO_RENDEZVOUS_ADDR"]) == ("ib0", "ib0", "127.0.0.1")
+        assert choice(folder, rank) == "ib0 (InfiniBand, on every node)"
 
 
 def test_a_task_slurm_put_off_the_plan_is_refused_in_one_line(stubs, repo_root):
@@ -174,7 +256,10 @@ def test_a_task_slurm_put_off_the_plan_is_refused_in_one_line(stubs, repo_root):
      "slurm_launch: --hosts 'node1=8': expected NODE:RANKS[,NODE:RANKS...], e.g. node1:8,node2:8"),
     (["server", "--hosts", PLAN, "--network-interface", "nosuch0", "--", "true"], {},
      "slurm_launch: network interface 'nosuch0' (NETWORK_INTERFACE) has no IPv4 address on"),
-], ids=["task_without_server", "task_count", "bad_hosts", "bad_interface"])
+    (["server", "--hosts", PLAN, "--", "true"], {"HOROVOD_GLOO_TIMEOUT_SECONDS": "10m"},
+     "slurm_launch: HOROVOD_GLOO_TIMEOUT_SECONDS=10m: must be a whole number of seconds, at "
+     "least 1 (unset: 600)"),
+], ids=["task_without_server", "task_count", "bad_hosts", "bad_interface", "bad_gloo_timeout"])
 def test_what_cannot_start_is_refused_in_one_line(stubs, repo_root, args, extra, message):
     _, env = stubs
     result = subprocess.run([sys.executable, "-m", "runtime.slurm_launch"] + args,
@@ -293,3 +378,48 @@ def test_launch_refuses_what_srun_cannot_start_in_one_line(stubs, repo_root, ext
     assert process.returncode == 1
     assert err.splitlines() == [message.format(python=env["PYTHON"])]
     assert out == "" and not (folder / "task_pids").exists()
+
+
+def test_horovodrun_keeps_the_users_network_settings_and_waits_600_s(stubs, repo_root):
+    """horovodrun prefixes every rank's command with NCCL_SOCKET_IFNAME=<its nics> and
+    HOROVOD_GLOO_IFACE=<its nic>: `launch` runs the trainer through `env NAME=value` so the
+    user's NCCL_SOCKET_IFNAME (ib0, which this machine lacks: only the environment is looked
+    at) wins, and passes --gloo-timeout-seconds 600 (Horovod's default: 30 s). The real
+    horovodrun, two ranks on this host."""
+    folder, env = stubs
+    (folder / "bin" / "horovodrun").symlink_to(
+        os.path.join(os.path.dirname(sys.executable), "horovodrun"))
+    env = dict(env, NCCL_SOCKET_IFNAME="ib0", STUB_PRINT_ENV="1")
+    process = launch(repo_root, env, 2)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 0, err[-3000:]
+    for rank in range(2):
+        got = dict(line.partition(":")[2].split("=", 1) for line in out.splitlines()
+                   if line.startswith(f"[{rank}]<stdout>:") and "=" in line)
+        assert got["HOROVOD_RANK"] == str(rank)
+        assert (got["NCCL_SOCKET_IFNAME"], got["HOROVOD_GLOO_TIMEOUT_SECONDS"]) == ("ib0", "600")
+        assert got["BERT_NETWORK_CHOICE"] == (
+            "NCCL_SOCKET_IFNAME=ib0 (set by you or the site); Gloo: horovodrun's choice (an "
+            "interface routed between the hosts)")
+
+
+@pytest.mark.parametrize("launcher", ["ssh", "srun"])
+def test_a_gloo_timeout_that_is_not_a_number_is_refused_in_one_line(stubs, repo_root, launcher):
+    folder, env = stubs
+    env = dict(env, BERT_LAUNCHER=launcher, SLURM_JOB_ID="77", SLURM_JOB_NODELIST="localhost",
+               HOROVOD_GLOO_TIMEOUT_SECONDS="ten",
+               STUB_PRINT_ENV="1")   # were ranks started anyway, they end at once
+    (folder / "bin" / "horovodrun").symlink_to(
+        os.path.join(os.path.dirname(sys.executable), "horovodrun"))
+    process = launch(repo_root, env, 2)
+    try:
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            kill_tasks(folder)
+    prefix = {"ssh": "", "srun": "slurm_launch: "}[launcher]   # horovodrun's or the server's
+    assert process.returncode != 0
+    assert err.splitlines() == [f"{prefix}HOROVOD_GLOO_TIMEOUT_SECONDS=ten: must be a whole "
+                                "number of seconds, at least 1 (unset: 600)"]
+    assert not (folder / "task_pids").exists() and "srun" not in out
