@@ -61,7 +61,10 @@ class NodesCheck:
 
 
 def _gb(nbytes):
-    return f"{nbytes / 1e9:.2f} GB"
+    """0.67 GB, 4.2 MB, 12 kB."""
+    if nbytes >= 1e8:
+        return f"{nbytes / 1e9:.2f} GB"
+    return f"{nbytes / 1e6:.1f} MB" if nbytes >= 1e5 else f"{nbytes / 1e3:.0f} kB"
 
 
 def _bandwidth_lines(check, result):
@@ -73,8 +76,11 @@ def _bandwidth_lines(check, result):
                  f"node{'s' * (result['nodes'] != 1)}: {mean * 1e3:.1f} ms each (the slowest "
                  f"rank's, mean), bus bandwidth {busbw:.2f} GB/s (algbw "
                  f"{result['algbw_GBps']:.2f} GB/s x 2(n-1)/n, nccl-tests' definition)")
-    links = "; ".join(check.links) or "none found"
-    if check.link_gbytes_per_s:
+    links = "; ".join(check.links)
+    if not links:
+        lines.append("links:  not known here (no InfiniBand port, and the interface was the "
+                     "launcher's choice)")
+    elif check.link_gbytes_per_s:
         share = busbw / check.link_gbytes_per_s
         lines.append(f"links:  this node's {links}: at most {check.link_gbytes_per_s:.2f} GB/s "
                      f"of bus bandwidth; measured {share:.0%} of it")
@@ -85,7 +91,7 @@ def _bandwidth_lines(check, result):
         lines.append(f"links:  this node's {links} (no rate known to compare with)")
     recipe = allreduce_bandwidth.allreduce_seconds(check.gradient_bytes, busbw,
                                                    result["ranks"])
-    line = (f"window: the recipe's allreduce ({check.model}'s {check.precision} gradients, "
+    line = (f"window: the recipe's allreduce ({check.model}, {check.precision} gradients, "
             f"{_gb(check.gradient_bytes)}) takes {recipe:.3g} s a window at this bandwidth")
     if check.window_seconds:
         line += (f", against NVIDIA's phase-1 window of {check.window_seconds:.1f} s on "
@@ -97,7 +103,7 @@ def _bandwidth_lines(check, result):
 
 def report_nodes(check, allow_cpu=False):
     """The check's text, exit status and fall-backs, from `check` alone."""
-    lines = [f"BERT preflight, nodes: {check.model}'s allreduce, {check.precision}"]
+    lines = [f"BERT preflight, nodes: the allreduce of {check.model}, {check.precision}"]
     if check.network:
         lines.append(f"network: {check.network}")
     failures, fallbacks, warnings = [], [], []
@@ -133,8 +139,10 @@ def report_nodes(check, allow_cpu=False):
     elif fallbacks:
         status, last = FELL_BACK, "FELL BACK: " + "; ".join(fallbacks)
     else:
-        status, last = PASSED, "PASS: " + (check.inter_node or "the allreduce crossed the "
-                                           "nodes") + f" at {result['busbw_GBps']:.2f} GB/s"
+        across = ("across nodes " + (check.inter_node or "over "
+                                     f"{result['controller'] or 'the network'}")
+                  if result["nodes"] > 1 else "within one node")
+        status, last = PASSED, f"PASS: {across} at {result['busbw_GBps']:.2f} GB/s"
     lines.append(last)
     return Report("\n".join(lines), status, tuple(fallbacks), tuple(warnings))
 
@@ -170,9 +178,11 @@ def nvidia_window(gpu_name, memory_bytes, ranks, precision):
     return GLOBAL_BATCH / figure.rate, how
 
 
-def _interface(environ):
-    return (environ.get("NCCL_SOCKET_IFNAME") or environ.get("HOROVOD_GLOO_IFACE")
-            or environ.get("NETWORK_INTERFACE") or "").split(",")[0].lstrip("^=") or None
+def _interface(found):
+    """The first interface rank 0 was given (its result's, or an environment's), or None."""
+    named = (found.get("interface") or found.get("NCCL_SOCKET_IFNAME")
+             or found.get("HOROVOD_GLOO_IFACE") or found.get("NETWORK_INTERFACE") or "")
+    return named.split(",")[0].lstrip("^=") or None
 
 
 def run_nodes(model_label, precision, gradient_bytes, gpu, work_dir=None, iterations=ITERATIONS,
@@ -194,18 +204,17 @@ def run_nodes(model_label, precision, gradient_bytes, gpu, work_dir=None, iterat
                                  cwd=ROOT)
     with open(os.path.join(out, "console.txt"), encoding="utf-8", errors="replace") as reader:
         console = reader.read()
-    network = next((line.split("network: ", 1)[1] for line in console.splitlines()
-                    if line.startswith("network: ")), None)
     if status != 0 or not os.path.isfile(output):
         said = [line for line in console.splitlines() if line.strip()]
-        return NodesCheck(**base, network=network, failure=f"exit status {status}: " + (
+        return NodesCheck(**base, failure=f"exit status {status}: " + (
             said[-1][:300] if said else "no output") + f" (all of it: {out}/console.txt)")
     with open(output, encoding="utf-8") as reader:
         result = json.load(reader)
+    network = result.get("network")
     facts = nccl_log.parse("".join(open(path, encoding="utf-8", errors="replace").read()
                                    for path in sorted(glob.glob(os.path.join(out, "nccl.*")))))
     found = nccl_log.transports(facts)
-    links, carried = links_of(found.inter_node, _interface(environ))
+    links, carried = links_of(found.inter_node, _interface(result) or _interface(environ))
     active = [line for line in links if line.endswith("ACTIVE")]
     window, how = (nvidia_window(gpu.name, gpu.memory_bytes, result["ranks"], precision)
                    if gpu is not None else (None, None))

@@ -172,6 +172,10 @@ def measure(args, folder):
             hvd.nccl_built()),
         "nccl_used": bool(hvd.nccl_built()) and on_gpu,
         "horovod_hierarchical_allreduce": os.environ.get("HOROVOD_HIERARCHICAL_ALLREDUCE"),
+        # the launcher's choice of network and why (runtime/slurm_launch.py, launch_common.sh)
+        "network": os.environ.get("BERT_NETWORK_CHOICE"),
+        "interface": (os.environ.get("NCCL_SOCKET_IFNAME")
+                      or os.environ.get("HOROVOD_GLOO_IFACE") or None),
         "tensorflow_version": tf.__version__, "rank_times_s": np.asarray(gathered).tolist(),
         "definitions": DEFINITIONS,
     }

@@ -44,7 +44,7 @@ def test_infiniband_across_four_dgx_a100s_passes_with_its_arithmetic():
     result = report_nodes(_check())
     lines = result.text.splitlines()
     assert result.status == PASSED
-    assert lines[0] == "BERT preflight, nodes: BERT-large's allreduce, fp16"
+    assert lines[0] == "BERT preflight, nodes: the allreduce of BERT-large, fp16"
     assert lines[1] == "network: ib0 (InfiniBand, on every node)"
     busbw = GRADIENTS / 0.0125 / 1e9 * 2 * 31 / 32  # 104.2 GB/s
     assert f"bus bandwidth {busbw:.2f} GB/s" in lines[4]
@@ -54,7 +54,7 @@ def test_infiniband_across_four_dgx_a100s_passes_with_its_arithmetic():
     assert "takes 0.0125 s a window at this bandwidth" in lines[6]
     assert f"of {65536 / (2871.89 * 4):.1f} s on 32 GPUs" in lines[6]
     assert f"{0.0125 / (65536 / (2871.89 * 4)):.1%} more time a step" in lines[6]
-    assert lines[-1] == f"PASS: NET/IB at {busbw:.2f} GB/s"
+    assert lines[-1] == f"PASS: across nodes NET/IB at {busbw:.2f} GB/s"
 
 
 def test_a_socket_fallback_where_infiniband_is_there_falls_back_in_one_line():

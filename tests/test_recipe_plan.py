@@ -210,6 +210,8 @@ def test_two_ranks_apply_twice_the_per_rank_learning_rate(repo_root, tmp_path):
     records = [json.loads(line) for line in dllog.read_text().splitlines()]
     plan = [r for r in records if r.get("event") == "plan"]
     assert len(plan) == 1 and plan[0]["ranks"] == 2
+    # the plan names the network the ranks talk on (horovodrun chose it here)
+    assert plan[0]["network"].endswith("(NCCL_SOCKET_IFNAME / HOROVOD_GLOO_IFACE)")
     assert plan[0]["peak_learning_rate"] == pytest.approx(2e-3)
     assert plan[0]["global_batch_size"] == 4
     steps = [r for r in records if "learning_rate" in r]
@@ -218,3 +220,16 @@ def test_two_ranks_apply_twice_the_per_rank_learning_rate(repo_root, tmp_path):
     rates = [r["learning_rate"] for r in steps]
     # no warm-up: LAMB's decay from the peak, lr(s) = 2e-3 * (1 - s/4) ** 0.5
     assert rates == pytest.approx([2e-3 * (1 - s / 4) ** 0.5 for s in range(4)], rel=1e-6)
+
+
+def test_run_sub_outside_slurm_says_it_needs_sbatch_in_one_line(repo_root):
+    """`bash scripts/run.sub` on a machine (no Slurm job): one line, not bash's "unbound
+    variable" and "division by 0"."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("SLURM_")}
+    result = subprocess.run(["bash", "scripts/run.sub"], capture_output=True, text=True,
+                            cwd=repo_root, env=env, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "run.sub: not inside a Slurm job (SLURM_JOB_NODELIST unset): submit it with sbatch "
+        "(e.g. sbatch --nodes=2 scripts/run.sub ...) or run it inside salloc; on one machine "
+        "use scripts/run_pretraining_lamb.sh"]
