@@ -511,3 +511,32 @@ def test_the_learnable_records_follow_their_chain():
         for before, after in zip(row[:-1], row[1:]):
             followers.setdefault(before, set()).add(after)
     assert max(len(next_ids) for next_ids in followers.values()) <= SUCCESSORS
+
+
+@pytest.mark.slow
+def test_the_loss_checks_fp16_branch_scales_the_loss_and_is_judged(tmp_path):
+    """The float16 branch of the check, for real on the CPU: the recipe run is AMP float16
+    with dynamic loss scaling (its dllog logs the scale), from the reference's weights, and the
+    verdict is the judge's on the two curves the runs logged."""
+    from pretraining.loss_check import judge
+    from pretraining.preflight import PreflightOptions, loop_args, model_facts, phase_loops
+    from pretraining.preflight_loss import check_loss
+    from pretraining.preflight_runs import launches
+    config_path = tmp_path / "bert_config.json"
+    named_config("tiny").replace(vocab_size=512, num_hidden_layers=1).to_json_file(
+        str(config_path))
+    options = PreflightOptions(bert_config_file=str(config_path), precision="fp16",
+                               train_batch_size=8, loss_steps=40)
+    path, config, *_ = model_facts(None, options.bert_config_file)
+    first = phase_loops(options, [])[0]
+    check = check_loss(40, first.batch, "fp16", True,
+                       loop_args(first, path, "", options) + ["--allow_cpu"], config.vocab_size,
+                       False, launches([], None)[0], str(tmp_path))
+    assert check.failure is None and len(check.recipe_losses) == 40
+    with open(tmp_path / "loss_recipe" / "dllog.jsonl", encoding="utf-8") as reader:
+        steps = [json.loads(line) for line in reader if '"step"' in line]
+    assert steps and all("loss_scale" in step for step in steps if "event" not in step)
+    verdict = judge(check)
+    assert verdict.outcome in ("passed", "inconclusive"), verdict.line
+    assert verdict.line.startswith("loss check, 40 steps of 8 sequences on the CPU from the "
+                                   "same weights and batches: fp16, XLA against fp32, no XLA")
