@@ -29,7 +29,7 @@ import tempfile
 from typing import Optional, Tuple
 
 from pretraining import published_speed
-from pretraining.preflight_report import FAILED, FELL_BACK, PASSED, Report
+from pretraining.preflight_report import verdict
 from reporting.errors import UsageError
 from runtime import allreduce_bandwidth, nccl_log
 
@@ -134,17 +134,13 @@ def report_nodes(check, allow_cpu=False):
             warnings.append("one node: nothing crossed a network between nodes")
     warnings += list(check.nccl_warnings)
     lines += [f"warning: {text}" for text in warnings]
-    if failures:
-        status, last = FAILED, "FAILED: " + "; ".join(failures + fallbacks)
-    elif fallbacks:
-        status, last = FELL_BACK, "FELL BACK: " + "; ".join(fallbacks)
-    else:
+    passed = None
+    if result:
         across = ("across nodes " + (check.inter_node or "over "
                                      f"{result['controller'] or 'the network'}")
                   if result["nodes"] > 1 else "within one node")
-        status, last = PASSED, f"PASS: {across} at {result['busbw_GBps']:.2f} GB/s"
-    lines.append(last)
-    return Report("\n".join(lines), status, tuple(fallbacks), tuple(warnings))
+        passed = f"PASS: {across} at {result['busbw_GBps']:.2f} GB/s"
+    return verdict(lines, failures, fallbacks, warnings, passed)
 
 
 def links_of(inter_node, interface, ports=allreduce_bandwidth.ib_ports,

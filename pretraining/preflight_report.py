@@ -345,16 +345,21 @@ def report(facts, allow_cpu=False):
         lines.append(judge(facts.loss).line)
     failures, fallbacks, warnings = _verdicts(facts, figures, allow_cpu)
     lines += [f"warning: {text}" for text in warnings]
+    passed = ("PASS: on the CPU, accepted by --allow_cpu" if not facts.gpus
+              else "PASS: nothing fell back")
+    if facts.gpus and not any(figures):
+        reason = _no_figure_reason(facts, table_note) or "no published figure"
+        passed += f"; rates not compared: {reason.split(' (')[0]}"
+    return verdict(lines, failures, fallbacks, warnings, passed)
+
+
+def verdict(lines, failures, fallbacks, warnings, passed):
+    """The Report of `lines` with its last line and status: FAILED when anything failed,
+    else FELL BACK when anything fell back, else `passed` (the caller's PASS line)."""
     if failures:
         status, last = FAILED, "FAILED: " + "; ".join(failures + fallbacks)
     elif fallbacks:
         status, last = FELL_BACK, "FELL BACK: " + "; ".join(fallbacks)
     else:
-        status = PASSED
-        last = ("PASS: on the CPU, accepted by --allow_cpu" if not facts.gpus
-                else "PASS: nothing fell back")
-        if facts.gpus and not any(figures):
-            reason = _no_figure_reason(facts, table_note) or "no published figure"
-            last += f"; rates not compared: {reason.split(' (')[0]}"
-    lines.append(last)
-    return Report("\n".join(lines), status, tuple(fallbacks), tuple(warnings))
+        status, last = PASSED, passed
+    return Report("\n".join(lines + [last]), status, tuple(fallbacks), tuple(warnings))

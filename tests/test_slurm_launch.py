@@ -140,9 +140,7 @@ def run_server(repo_root, env, command, hosts=PLAN):
 def test_each_task_gets_the_variables_horovodrun_gives_that_rank(stubs, repo_root):
     folder, env = stubs
     env = dict(env, SLURM_JOB_NODELIST=",".join(NODES))
-    task = [sys.executable, "-m", "runtime.slurm_launch", "task", "--", "env"]
-    result = run_server(repo_root, env, ["srun", "--ntasks=4", "--ntasks-per-node=2"] + task)
-    assert result.returncode == 0, result.stderr
+    four_tasks_printing_their_environment(repo_root, env)
     ours = [variables((folder / f"task.{rank}.out").read_text()) for rank in range(4)]
 
     horovodrun = os.path.join(os.path.dirname(sys.executable), "horovodrun")
@@ -179,6 +177,13 @@ def choice(folder, rank):
                 .splitlines() if "=" in line).get("BERT_NETWORK_CHOICE")
 
 
+def four_tasks_printing_their_environment(repo_root, env):
+    """The server, then srun's 4 tasks (2 a node) each printing its environment."""
+    task = [sys.executable, "-m", "runtime.slurm_launch", "task", "--", "env"]
+    result = run_server(repo_root, env, ["srun", "--ntasks=4", "--ntasks-per-node=2"] + task)
+    assert result.returncode == 0, result.stderr
+
+
 def test_the_users_network_settings_are_kept_and_nothing_is_probed(stubs, repo_root):
     """NCCL_SOCKET_IFNAME=ib0 (an interface this machine lacks: nothing dials on it here) and
     NCCL_IB_HCA set by the user stay as they are in every task, as does a longer Gloo
@@ -187,9 +192,7 @@ def test_the_users_network_settings_are_kept_and_nothing_is_probed(stubs, repo_r
     folder, env = stubs
     env = dict(env, SLURM_JOB_NODELIST=",".join(NODES), NCCL_SOCKET_IFNAME="ib0",
                NCCL_IB_HCA="mlx5_0,mlx5_1", HOROVOD_GLOO_TIMEOUT_SECONDS="1200")
-    task = [sys.executable, "-m", "runtime.slurm_launch", "task", "--", "env"]
-    result = run_server(repo_root, env, ["srun", "--ntasks=4", "--ntasks-per-node=2"] + task)
-    assert result.returncode == 0, result.stderr
+    four_tasks_printing_their_environment(repo_root, env)
     for rank in range(4):
         got = variables((folder / f"task.{rank}.out").read_text())
         assert (got["NCCL_SOCKET_IFNAME"], got["HOROVOD_GLOO_IFACE"],
@@ -215,9 +218,7 @@ def test_infiniband_on_every_node_is_taken_for_gloo_and_nccl(stubs, repo_root, t
                                     node=node)
         (canned / node).write_text(json.dumps(description))
     env = dict(env, SLURM_JOB_NODELIST=",".join(NODES), STUB_PROBE=str(canned))
-    task = [sys.executable, "-m", "runtime.slurm_launch", "task", "--", "env"]
-    result = run_server(repo_root, env, ["srun", "--ntasks=4", "--ntasks-per-node=2"] + task)
-    assert result.returncode == 0, result.stderr
+    four_tasks_printing_their_environment(repo_root, env)
     for rank in range(4):
         got = variables((folder / f"task.{rank}.out").read_text())
         assert (got["NCCL_SOCKET_IFNAME"], got["HOROVOD_GLOO_IFACE"],
@@ -338,6 +339,19 @@ def test_sigterm_to_the_launcher_reaches_the_srun_tasks_through_scancel(stubs, r
     assert not (folder / "ssh.log").exists()
 
 
+def launch_and_wait(repo_root, env, num_gpus, folder):
+    """`launch` with num_gpus ranks, waited for (a minute at most, then killed with whatever
+    tasks it started): (process, stdout, stderr)."""
+    process = launch(repo_root, env, num_gpus)
+    try:
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            kill_tasks(folder)
+    return process, out, err
+
+
 @pytest.mark.parametrize("extra, num_gpus, message", [
     ({"SLURM_JOB_ID": "", "SLURM_JOB_NODELIST": ""}, 2,
      "BERT_LAUNCHER=srun needs a Slurm allocation (SLURM_JOB_ID, SLURM_JOB_NODELIST unset): run "
@@ -368,13 +382,7 @@ def test_launch_refuses_what_srun_cannot_start_in_one_line(stubs, repo_root, ext
     env = dict(env, BERT_LAUNCHER="srun", SLURM_JOB_ID="77",
                SLURM_JOB_NODELIST="localhost,127.0.0.1")
     env.update(extra)
-    process = launch(repo_root, env, num_gpus)
-    try:
-        out, err = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            kill_tasks(folder)
+    process, out, err = launch_and_wait(repo_root, env, num_gpus, folder)
     assert process.returncode == 1
     assert err.splitlines() == [message.format(python=env["PYTHON"])]
     assert out == "" and not (folder / "task_pids").exists()
@@ -411,13 +419,7 @@ def test_a_gloo_timeout_that_is_not_a_number_is_refused_in_one_line(stubs, repo_
                STUB_PRINT_ENV="1")   # were ranks started anyway, they end at once
     (folder / "bin" / "horovodrun").symlink_to(
         os.path.join(os.path.dirname(sys.executable), "horovodrun"))
-    process = launch(repo_root, env, 2)
-    try:
-        out, err = process.communicate(timeout=60)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            kill_tasks(folder)
+    process, out, err = launch_and_wait(repo_root, env, 2, folder)
     prefix = {"ssh": "", "srun": "slurm_launch: "}[launcher]   # horovodrun's or the server's
     assert process.returncode != 0
     assert err.splitlines() == [f"{prefix}HOROVOD_GLOO_TIMEOUT_SECONDS=ten: must be a whole "
