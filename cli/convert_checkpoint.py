@@ -42,22 +42,46 @@ def parser():
     return top
 
 
+def check_vocab(args):
+    """The vocabulary against the config's vocab_size (`training.vocab_fit`), before anything
+    is converted: a folder whose vocab.txt has more tokens than the model has embeddings
+    would tokenize to ids its model cannot look up (HuggingFace's as well as ours)."""
+    import os
+
+    from data_prep.wordpiece.tokenization import FullTokenizer
+    from modeling import convert
+    from modeling.config import BertConfig
+    from training.vocab_fit import check_vocab_fits
+    if args.direction == "hf2tf":
+        vocab, config_file = (os.path.join(args.hf_dir, "vocab.txt"),
+                              os.path.join(args.hf_dir, "config.json"))
+        if not os.path.isfile(vocab):
+            return  # hf_to_tf says so
+        config = convert.config_from_hf(config_file)
+    else:
+        vocab, config_file = args.vocab_file, args.bert_config_file
+        config = BertConfig.from_json_file(config_file)
+    check_vocab_fits(FullTokenizer(vocab), config.vocab_size, config_file)
+
+
 def main(argv=None):
     from cli.command import prepare_process
     from reporting import console
     args = parser().parse_args(argv)
     prepare_process()
     console.start("convert_checkpoint")
+    from data_prep.wordpiece.tokenization import VocabError
     from modeling import convert
     from modeling.checkpoints import CheckpointError
     from modeling.config import ConfigError
     try:
+        check_vocab(args)
         if args.direction == "hf2tf":
             out = convert.hf_to_tf(args.hf_dir, args.output_dir)
         else:
             out = convert.tf_to_hf(args.tf_checkpoint, args.bert_config_file, args.vocab_file,
                                    args.output_dir)
-    except (convert.ConversionError, CheckpointError, ConfigError) as err:
+    except (convert.ConversionError, CheckpointError, ConfigError, VocabError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     print(out)

@@ -30,15 +30,20 @@ def define_flags(flag_values):
 
 
 def main(flags):
-    from data_prep.wordpiece.tokenization import FullTokenizer, VocabError
+    from data_prep.wordpiece.tokenization import (FullTokenizer, VocabError,
+                                                  validate_case_matches_checkpoint)
     from modeling import BertConfig, ConfigError
     from modeling.checkpoints import CheckpointError
     from modeling.feature_extraction import extract_features
     from training.model_memory import check_model_fits
+    from training.vocab_fit import check_vocab_fits
     try:
         config = BertConfig.from_json_file(flags.bert_config_file)
         check_model_fits(config, flags.bert_config_file, training=False)
         tokenizer = FullTokenizer(flags.vocab_file, flags.do_lower_case)
+        # before the model is built or a line written
+        check_vocab_fits(tokenizer, config.vocab_size, flags.bert_config_file)
+        validate_case_matches_checkpoint(flags.do_lower_case, flags.init_checkpoint)
         layers = [int(x) for x in flags.layers.split(",")]
         count = extract_features(config, flags.init_checkpoint, tokenizer, flags.input_file,
                                  flags.output_file, layers, flags.max_seq_length,

@@ -66,20 +66,31 @@ def _queries(flags, model):
 
 
 def _load_model(flags):
-    """(task, runner, vocab file, do_lower_case) from --saved_model or --init_checkpoint."""
+    """(task, runner, tokenizer) from --saved_model or --init_checkpoint. The tokenizer comes
+    first: its vocabulary is checked against the model's vocab_size (`training.vocab_fit`),
+    and the casing against a Google checkpoint's name, before the model is loaded."""
+    from data_prep.wordpiece.tokenization import FullTokenizer, validate_case_matches_checkpoint
     from finetuning import inference
+    from finetuning.export import read_export_metadata
     if flags.saved_model:
-        task, runner, vocab, lower = inference.load_saved_model(flags.saved_model)
-        return task, runner, flags.vocab_file or vocab, lower
+        metadata, vocab = read_export_metadata(flags.saved_model)
+        if not (flags.vocab_file or vocab):
+            raise ValueError(f"{flags.saved_model}: carries no vocabulary (assets.extra/"
+                             "vocab.txt): pass the model's --vocab_file")
+        tokenizer = FullTokenizer(flags.vocab_file or vocab, metadata["do_lower_case"])
+        task, runner, _, _ = inference.load_saved_model(flags.saved_model, tokenizer)
+        return task, runner, tokenizer
     if not (flags.init_checkpoint and flags.bert_config_file and flags.vocab_file
             and flags.task_name):
         raise ValueError("pass --saved_model, or --init_checkpoint with "
                          "--bert_config_file, --vocab_file and --task_name")
+    tokenizer = FullTokenizer(flags.vocab_file, flags.do_lower_case)
+    validate_case_matches_checkpoint(flags.do_lower_case, flags.init_checkpoint)
     task, runner = inference.load_checkpoint_model(
         flags.init_checkpoint, flags.bert_config_file, flags.task_name, flags.max_seq_length,
         flags.do_lower_case, flags.doc_stride, flags.max_query_length,
-        flags.version_2_with_negative)
-    return task, runner, flags.vocab_file, flags.do_lower_case
+        flags.version_2_with_negative, tokenizer)
+    return task, runner, tokenizer
 
 
 def _note(line):
@@ -88,15 +99,14 @@ def _note(line):
 
 
 def main(flags):
-    from data_prep.wordpiece.tokenization import FullTokenizer
     from finetuning import inference
     try:
         queries, spell = _queries(flags, flags.saved_model or flags.init_checkpoint
                                   or "inference.py")
-        task, runner, vocab, lower = _load_model(flags)
+        task, runner, tokenizer = _load_model(flags)
         for where, query in queries:
             inference.check_query(task, query, where, spell)
-        answers = inference.predict(task, runner, FullTokenizer(vocab, lower),
+        answers = inference.predict(task, runner, tokenizer,
                                     [query for _, query in queries], note=_note)
         lines = [_json_line(answer, where) for answer, (where, _) in zip(answers, queries)]
     except inference.NonFiniteOutputError as err:

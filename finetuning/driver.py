@@ -34,6 +34,7 @@ from training.resume import checkpoint_value, exit_status, resume_point, train_r
 from training.run_config import make_run_config
 from training.settings import (TrainingSettings, gradient_compression,
                                peak_learning_rate, precision_settings)
+from training.vocab_fit import check_vocab_fits
 
 tf1 = tf.compat.v1
 
@@ -125,6 +126,7 @@ def _run(task, options, workers, started_at):
     check_model_fits(config, options.bert_config_file, workers.used_gpus(), options.do_train)
     _validate(task, options, config)
     tokenizer = FullTokenizer(options.vocab_file, options.do_lower_case)
+    check_vocab_fits(tokenizer, config.vocab_size, options.bert_config_file)
     validate_case_matches_checkpoint(options.do_lower_case, options.init_checkpoint)
     tf.io.gfile.makedirs(options.output_dir)
     # Before anything reads the folder's checkpoints, on every rank: the one to resume from.
@@ -227,7 +229,8 @@ def _run(task, options, workers, started_at):
         # in a scratch folder of the output folder, removed once laid out.
         export_dir = options.export_dir or os.path.join(options.output_dir, "export_for_triton")
         path = export_saved_model(estimator, task, export_dir, options.max_seq_length,
-                                  checkpoint, options.vocab_file, options.do_lower_case)
+                                  checkpoint, options.vocab_file, options.do_lower_case,
+                                  config.vocab_size)
         if options.export_dir:
             results["saved_model"] = path
             logging.info("SavedModel written to %s", path)

@@ -45,12 +45,14 @@ TEMP_EXPORT_GLOB = "temp-*"
 
 
 def export_saved_model(estimator, task, export_dir, max_seq_length, checkpoint_path=None,
-                       vocab_file=None, do_lower_case=True):
+                       vocab_file=None, do_lower_case=True, vocab_size=None):
     """Writes `export_dir/<timestamp>/` (the Estimator writes under a temporary name and
     renames it when complete). Returns its path.
 
     `assets.extra/` carries what a client needs to feed the model: the vocabulary and
-    `bert_task.json` (task, labels, sequence length, casing, SQuAD window settings).
+    `bert_task.json` (task, labels, sequence length, casing, SQuAD window settings, and
+    `vocab_size`, the model's embedding rows, when given: inference checks a vocabulary
+    passed instead of the carried one against it, `training.vocab_fit`).
     The checkpoint is checked first (`check_exportable`), and so is the free space (the
     variables' and graph's bytes; DiskFullError, as for a disk that fills during the export). No
     `temp-*` folder is left in `export_dir`, neither by a failed export nor by an earlier
@@ -64,7 +66,7 @@ def export_saved_model(estimator, task, export_dir, max_seq_length, checkpoint_p
         raise DiskFullError(_export_shortage(export_dir, need))
     try:
         return _write_saved_model(estimator, task, export_dir, max_seq_length, checkpoint_path,
-                                  vocab_file, do_lower_case, need)
+                                  vocab_file, do_lower_case, need, vocab_size)
     except BaseException:
         remove_temp_exports(export_dir)
         raise
@@ -76,12 +78,14 @@ def _export_shortage(export_dir, need, cause=None):
 
 
 def _write_saved_model(estimator, task, export_dir, max_seq_length, checkpoint_path,
-                       vocab_file, do_lower_case, need):
+                       vocab_file, do_lower_case, need, vocab_size=None):
     """The Estimator export with the task's assets; TensorFlow errors become one line
     (`RuntimeError`, which the driver reports) instead of a traceback; a full disk a
     DiskFullError saying how much the export (`need` bytes) takes."""
     metadata = dict(task.metadata(), max_seq_length=max_seq_length,
                     do_lower_case=do_lower_case)
+    if vocab_size:
+        metadata["vocab_size"] = vocab_size
     with tempfile.TemporaryDirectory() as scratch:
         task_file = os.path.join(scratch, TASK_FILE)
         with open(task_file, "w", encoding="utf-8") as writer:

@@ -12,13 +12,15 @@ import tensorflow as tf
 from google.protobuf.message import DecodeError
 
 from finetuning import glue_data, squad_data, squad_postprocess
-from finetuning.export import SEQUENCE_INPUTS, check_checkpoint_serves, read_export_metadata
+from finetuning.export import (SEQUENCE_INPUTS, TASK_FILE, check_checkpoint_serves,
+                               read_export_metadata)
 from finetuning.model_fn import make_model_fn
 from finetuning.tasks import ClassifierTask, SquadTask
 from modeling.checkpoints import (CheckpointError, check_not_damaged, first_non_finite_variable,
                                   resolve_checkpoint)
 from training.model_memory import check_model_fits
 from training.settings import TrainingSettings
+from training.vocab_fit import check_vocab_fits
 
 tf1 = tf.compat.v1
 
@@ -258,9 +260,15 @@ def predict(task, runner, tokenizer, items, note=None):
     return classify(task, runner, tokenizer, items)
 
 
-def load_saved_model(path):
-    """(task, runner, vocab_file, do_lower_case) of a SavedModel exported by the driver."""
+def load_saved_model(path, tokenizer=None):
+    """(task, runner, vocab_file, do_lower_case) of a SavedModel exported by the driver.
+    `tokenizer`: the one the caller will use (e.g. of a --vocab_file given instead of the
+    SavedModel's own), checked against the vocab_size the export recorded (exports made
+    before it was recorded: not checked) before the model is loaded."""
     metadata, vocab = read_export_metadata(path)
+    if tokenizer is not None and "vocab_size" in metadata:
+        check_vocab_fits(tokenizer, metadata["vocab_size"],
+                         os.path.join(path, "assets.extra", TASK_FILE))
     return task_from_metadata(metadata), SavedModelRunner(path), vocab, metadata["do_lower_case"]
 
 
@@ -286,9 +294,11 @@ def read_query_file(path):
 
 
 def load_checkpoint_model(init_checkpoint, bert_config_file, task_name, max_seq_length,
-                          do_lower_case, doc_stride, max_query_length, version_2_with_negative):
+                          do_lower_case, doc_stride, max_query_length, version_2_with_negative,
+                          tokenizer=None):
     """(task, CheckpointRunner) for a fine-tuned checkpoint, with the settings a SavedModel
-    would carry in its metadata given explicitly."""
+    would carry in its metadata given explicitly. `tokenizer`: the one the caller will use,
+    whose vocabulary must fit the config's vocab_size (checked before the graph is built)."""
     from modeling import BertConfig
     metadata = {"task": task_name.lower(), "max_seq_length": max_seq_length,
                 "do_lower_case": do_lower_case, "doc_stride": doc_stride,
@@ -298,4 +308,6 @@ def load_checkpoint_model(init_checkpoint, bert_config_file, task_name, max_seq_
     task = task_from_metadata(metadata)
     config = BertConfig.from_json_file(bert_config_file)
     check_model_fits(config, bert_config_file, training=False)  # before any weight is built
+    if tokenizer is not None:
+        check_vocab_fits(tokenizer, config.vocab_size, bert_config_file)
     return task, CheckpointRunner(task, config, init_checkpoint, max_seq_length)

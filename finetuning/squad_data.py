@@ -27,7 +27,8 @@ import numpy as np
 from absl import logging
 
 from data_prep.instances import tfrecord_writer
-from finetuning.squad_eval import SquadFileError, dataset_articles, load_json_file
+from finetuning.squad_eval import (SquadFileError, check_unique_ids, dataset_articles,
+                                   load_json_file, repeated_ids)
 from finetuning.squad_version import check_version
 
 FIRST_UNIQUE_ID = 1000000000
@@ -175,8 +176,17 @@ def read_squad_examples(input_file, is_training, version_2_with_negative=None):
 
     ``version_2_with_negative`` (True/False): the file is first checked to be data of that
     SQuAD version (``squad_version.check_version``); None: not checked.
+
+    A question id used twice: refused to predict (``squad_eval.check_unique_ids``: answers
+    are keyed by id, one would overwrite the other and the scores cover one question fewer);
+    trained on with one warning line, as training never keys anything by id (each question
+    still teaches its own answer), while the same file could not be predicted or scored.
     """
     dataset = load_json_file(input_file, "SQuAD dataset")
+    if not is_training:
+        check_unique_ids(dataset, input_file)
+    else:
+        _warn_repeated_ids(dataset, input_file)
     if version_2_with_negative is not None:
         check_version(dataset, version_2_with_negative, is_training, input_file)
     examples, skipped = parse_squad_examples(dataset, is_training, source=input_file)
@@ -186,6 +196,16 @@ def read_squad_examples(input_file, is_training, version_2_with_negative=None):
         logging.warning("%s: skipped %d of %d questions", input_file, len(skipped),
                         len(skipped) + len(examples))
     return examples
+
+
+def _warn_repeated_ids(dataset, input_file):
+    repeats = repeated_ids(dataset, input_file)
+    if repeats:
+        qid, first, again = repeats[0]
+        more = f" ({len(repeats)} repeated in all)" if len(repeats) > 1 else ""
+        logging.warning("%s: question id %r is used twice, by %s and %s%s: both trained on, "
+                        "but this file could not be predicted or scored (answers are keyed "
+                        "by id)", input_file, qid, first, again, more)
 
 
 # ---------------------------------------------------------------------------

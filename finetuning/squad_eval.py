@@ -92,14 +92,50 @@ def dataset_articles(dataset_json, source="<dataset>"):
 
 
 def load_dataset(path):
-    """Reads a SQuAD dataset file; returns the parsed JSON (checked to have a ``data`` list)."""
+    """Reads a SQuAD dataset file to score (or predict) it; returns the parsed JSON (checked
+    to have a ``data`` list and no question id twice: ``check_unique_ids``)."""
     dataset = load_json_file(path, "SQuAD dataset")
-    dataset_articles(dataset, path)
+    check_unique_ids(dataset, path)
     return dataset
+
+
+def repeated_ids(dataset_json, source="<dataset>"):
+    """[(id, where it first is, where it is again)] for every question after the first of
+    its id, in file order (``where``: ``data[a].paragraphs[p].qas[q]``)."""
+    first, repeats = {}, []
+    for where, qa in iter_located_questions(dataset_articles(dataset_json, source), source):
+        key = str(qa["id"])  # as a key of predictions.json: 7 and "7" are one
+        if key in first:
+            repeats.append((qa["id"], first[key], where))
+        else:
+            first[key] = where
+    return repeats
+
+
+def check_unique_ids(dataset_json, source="<dataset>"):
+    """Raises SquadFileError naming the file, the first question id used twice and both
+    places. Why refuse rather than predict both: predictions (``predictions.json``, the
+    official evaluation scripts' input) are a JSON object keyed by question id, so one of
+    the two answers overwrote the other and the scores covered one question fewer, in
+    silence; no key for the second question could be read by the official scripts."""
+    repeats = repeated_ids(dataset_json, source)
+    if repeats:
+        qid, first, again = repeats[0]
+        more = f" ({len(repeats)} repeated in all)" if len(repeats) > 1 else ""
+        raise SquadFileError(source, f"question id {qid!r} is used twice, by {first} and "
+                                     f"{again}{more}: answers are keyed by id (predictions.json, "
+                                     "the official evaluation), so one would overwrite the "
+                                     "other; give each question its own id")
 
 
 def iter_questions(articles, source="<dataset>"):
     """Yields every ``qa`` dict in file order, checking the structure the metric relies on."""
+    for _, qa in iter_located_questions(articles, source):
+        yield qa
+
+
+def iter_located_questions(articles, source="<dataset>"):
+    """``iter_questions`` with where each is: ``(data[a].paragraphs[p].qas[q], qa)``."""
     for a, article in enumerate(articles):
         paragraphs = article.get("paragraphs") if isinstance(article, dict) else None
         if not isinstance(paragraphs, list):
@@ -117,7 +153,7 @@ def iter_questions(articles, source="<dataset>"):
                         isinstance(x, dict) and isinstance(x.get("text"), str) for x in answers):
                     raise SquadFileError(source, f"{where} ('{qa['id']}'): 'answers' must be "
                                                  "a list of {{\"text\": ...}} objects")
-                yield qa
+                yield where, qa
 
 
 def is_version_2(dataset_json):

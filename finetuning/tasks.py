@@ -60,8 +60,14 @@ class ClassifierTask:
         return cls(options.task_name, options.data_dir, options.max_seq_length)
 
     def validate_options(self, options):
+        """Also reads the dev and test files the run will score (--do_eval, --do_predict),
+        before training: a missing, malformed or empty one (a header alone) used to fail
+        only after training, an empty one in an IndexError."""
         if (options.do_train or options.do_eval or options.do_predict) and not options.data_dir:
             raise TaskDataError("--data_dir is required to train, evaluate or predict")
+        for split, wanted in (("dev", options.do_eval), ("predict", options.do_predict)):
+            if wanted:
+                self._split_examples(split)
 
     def metadata(self):
         """What a client of the exported model needs besides the vocabulary."""
@@ -84,10 +90,23 @@ class ClassifierTask:
         self.write_records(self.make_features(examples, tokenizer), path)
         return len(examples)
 
-    def load_split(self, split, tokenizer):
-        reader = (self.processor.get_dev_examples if split == "dev"
-                  else self.processor.get_test_examples)
+    def _split_examples(self, split):
+        """The examples of `split` ("dev" or "predict": the test file); TaskDataError naming
+        the file when it has none (scores over no example are not defined)."""
+        if split == "dev":
+            reader, name = self.processor.get_dev_examples, self.processor.dev_file
+        else:
+            reader, name = self.processor.get_test_examples, self.processor.test_file
         examples = _read(reader, self.data_dir)
+        if not examples:
+            what = "dev examples to evaluate" if split == "dev" else "test examples to predict"
+            raise TaskDataError(f"{os.path.join(self.data_dir, name)}: no {what} (a header "
+                                "alone?): fill it, or drop "
+                                f"{'--do_eval' if split == 'dev' else '--do_predict'}")
+        return examples
+
+    def load_split(self, split, tokenizer):
+        examples = self._split_examples(split)
         return examples, self.make_features(examples, tokenizer)
 
     def write_records(self, features, path):

@@ -95,6 +95,9 @@ class BertConfig:
         self.initializer_range = initializer_range
         self.layer_norm_eps = layer_norm_eps
         self.extra = extra
+        # where the sizes came from (the file), for messages that compare them with
+        # something else (`training.vocab_fit`); not a field: never written, never compared
+        self.source = source
         self.validate(source)
 
     # ---------------------------------------------------------------- validation
@@ -187,7 +190,7 @@ class BertConfig:
         """A copy with some fields changed (e.g. dropout off for inference)."""
         values = self.to_dict()
         values.update(changes)
-        return BertConfig(**values)
+        return BertConfig(source=self.source, **values)
 
     def parameter_count(self):
         """Parameters of the pre-training model (encoder, pooler, masked-LM and next-sentence

@@ -17,6 +17,7 @@ the records, which multiplies the I/O by the number of ranks without saying so.
 import os
 
 import tensorflow as tf
+from absl import logging
 
 from data_prep.instances.record_metadata import is_metadata_name
 from pretraining.dynamic_masking import EVAL_SEED, stream_key, unmasked_feature_spec
@@ -72,7 +73,12 @@ def _is_input_name(name):
 
 def list_input_files(path_or_glob):
     """Files of a directory (sorted), or of a glob/comma-separated list, hidden and temporary
-    ones left out (`_is_input_name`). Raises InputError when nothing is left."""
+    ones left out (`_is_input_name`). Raises InputError when nothing is left.
+
+    A folder's subfolders are not read, as NVIDIA's run_pretraining.py reads
+    `glob(<dir>/*)` (a subfolder there fails as a file), but one holding input files is
+    said in a warning line (`_warn_unread_subfolder`): it used to be skipped without a word,
+    training on part of the data the user meant."""
     found = []
     for part in str(path_or_glob).split(","):
         part = part.strip()
@@ -80,8 +86,12 @@ def list_input_files(path_or_glob):
             continue
         if tf.io.gfile.isdir(part):
             names = sorted(tf.io.gfile.listdir(part))
-            found.extend(os.path.join(part, n) for n in names
-                         if not tf.io.gfile.isdir(os.path.join(part, n)))
+            for name in names:
+                path = os.path.join(part, name.rstrip("/"))
+                if tf.io.gfile.isdir(path):
+                    _warn_unread_subfolder(path, path_or_glob)
+                else:
+                    found.append(path)
         else:  # folders a glob matches (training/, training.meta/ ...) are not files
             found.extend(path for path in sorted(tf.io.gfile.glob(part))
                          if not tf.io.gfile.isdir(path))
@@ -90,6 +100,25 @@ def list_input_files(path_or_glob):
         ignored = f" ({len(found)} hidden or temporary ignored)" if found else ""
         raise InputError(f"{path_or_glob}: no input files{ignored}")
     return files
+
+
+def _warn_unread_subfolder(folder, given):
+    """One warning line for a subfolder of an input folder that holds input files (at any
+    depth, hidden folders left out): how many, and how to read them (`given`: the flag's
+    value)."""
+    if not _is_input_name(os.path.basename(folder)):
+        return  # hidden (.git) or a writer's temporary folder
+    count = 0
+    for root, _, names in tf.io.gfile.walk(folder):
+        if any(part.startswith(".") for part in os.path.relpath(root, folder).split(os.sep)
+               if part != "."):
+            continue
+        count += sum(1 for name in names if _is_input_name(name))
+    if count:
+        logging.warning("%s: a subfolder holding %d input file%s, not read (only the files "
+                        "directly in the folder are, as NVIDIA's run_pretraining.py reads "
+                        "them); to read them too, add it after a comma: %s,%s",
+                        folder, count, "s" * (count != 1), given, folder)
 
 
 def check_file_sharding(files, ranks):

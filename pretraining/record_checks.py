@@ -5,7 +5,8 @@ A run pointed at the wrong data (another sequence length, a larger vocabulary th
 model's, a file that is not records, a folder mixing two vocabularies) must stop at once
 with one line naming the file, not hours later with a traceback. For each input file:
 - its metadata, when data preparation wrote one (`data_prep.instances.record_metadata`): lengths
-  against the flags, vocabulary size against the config, and, across the files, one
+  against the flags, vocabulary size against the config (`training.vocab_fit`, the check
+  every command that reads a vocabulary and a config makes), and, across the files, one
   vocabulary and one masking kind;
 - its first record: a readable TFRecord of a known kind (`pretraining.record_kinds`: static
   or dynamic masking, packed or not), every feature of its spec at the flags' lengths,
@@ -22,6 +23,7 @@ from data_prep.instances.record_metadata import STATIC_MASKING, MetadataError, f
 from pretraining import record_kinds
 from pretraining.input_pipeline import InputError, reading_spec, value_ranges
 from resilience.record_scan import record_problem
+from training.vocab_fit import vocab_fit_problem
 
 tf1 = tf.compat.v1
 
@@ -51,7 +53,7 @@ def _first_record(path):
     return None
 
 
-def _check_metadata(path, metadata, max_seq_length, max_predictions_per_seq, vocab_size):
+def _check_metadata(path, metadata, max_seq_length, max_predictions_per_seq, config):
     where = f"{path} (per its metadata)"
     if metadata["max_seq_length"] != max_seq_length:
         raise InputError(f"{where}: records have sequence length {metadata['max_seq_length']} "
@@ -61,13 +63,13 @@ def _check_metadata(path, metadata, max_seq_length, max_predictions_per_seq, voc
         raise InputError(f"{where}: records have {metadata['max_predictions_per_seq']} "
                          f"masked-LM predictions but --max_predictions_per_seq="
                          f"{max_predictions_per_seq}")
-    if metadata["vocab_size"] > vocab_size:
-        raise InputError(f"{path}: records were made with a vocabulary of "
-                         f"{metadata['vocab_size']} tokens but the config's vocab_size is "
-                         f"{vocab_size}")
+    problem = vocab_fit_problem(metadata["vocab_size"], path, config.vocab_size, config.source,
+                                "records made with a vocabulary of")
+    if problem:
+        raise InputError(problem)
 
 
-def _check_first_record(path, record, max_seq_length, max_predictions_per_seq, vocab_size,
+def _check_first_record(path, record, max_seq_length, max_predictions_per_seq, config,
                         ranges):
     """The file's `record_kinds.RecordFacts`, after checking its first record."""
     try:
@@ -75,7 +77,7 @@ def _check_first_record(path, record, max_seq_length, max_predictions_per_seq, v
     except Exception:  # noqa: BLE001 - protobuf's DecodeError
         raise InputError(f"{path}: record 0: not a tf.train.Example") from None
     facts = record_kinds.record_facts(path, example)
-    record_kinds.check_kinds([facts], max_seq_length, max_predictions_per_seq, vocab_size)
+    record_kinds.check_kinds([facts], max_seq_length, max_predictions_per_seq, config)
     spec = reading_spec(max_seq_length, max_predictions_per_seq,
                         facts.kind == record_kinds.DYNAMIC, facts.sequences_per_row)
     problem = record_problem(record, spec, ranges)
@@ -88,8 +90,7 @@ def _check_file(path, max_seq_length, max_predictions_per_seq, config):
     """(metadata or None, RecordFacts or None when the file is empty) after checking both."""
     metadata = read_metadata(path)
     if metadata:
-        _check_metadata(path, metadata, max_seq_length, max_predictions_per_seq,
-                        config.vocab_size)
+        _check_metadata(path, metadata, max_seq_length, max_predictions_per_seq, config)
     record = _first_record(path)
     if record is None:
         if metadata and metadata["records"]:
@@ -97,7 +98,7 @@ def _check_file(path, max_seq_length, max_predictions_per_seq, config):
                              "records (truncated?)")
         return metadata, None
     return metadata, _check_first_record(
-        path, record, max_seq_length, max_predictions_per_seq, config.vocab_size,
+        path, record, max_seq_length, max_predictions_per_seq, config,
         value_ranges(config.vocab_size, config.type_vocab_size, max_seq_length))
 
 
@@ -132,7 +133,7 @@ def check_input_files(files, max_seq_length, max_predictions_per_seq, config, dy
     if not facts:
         raise InputError(f"{files[0]}: input files hold no records")
     shared = record_kinds.check_kinds(facts, max_seq_length, max_predictions_per_seq,
-                                      config.vocab_size, dynamic_flags)
+                                      config, dynamic_flags)
     metadata = [meta for meta, _ in results]
     _check_consistent(files, metadata)
     return shared, [meta["records"] if meta else (None if fact is not None else 0)

@@ -17,13 +17,15 @@ the kinds, sequence lengths or vocabularies fails at start-up, naming the file, 
 in the middle of training. What must agree with the flags depends on the kind: static
 records fix --max_predictions_per_seq and the masking, so --masked_lm_prob and
 --do_whole_word_mask are refused with them; dynamic records take both from the flags, and
-their vocabulary must fit the model's embedding table (config vocab_size).
+their vocabulary must fit the model's embedding table (config vocab_size, checked by
+`training.vocab_fit` as every command checks its vocabulary).
 """
 import dataclasses
 from typing import Optional, Tuple
 
 from data_prep.instances.unmasked_instances import MASKING_VOCAB, MASKING_VOCAB_FIELDS, WORD_STARTS
 from pretraining.input_errors import InputError
+from training.vocab_fit import vocab_fit_problem
 
 STATIC, DYNAMIC = "static", "dynamic"
 STATIC_FEATURES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions",
@@ -93,12 +95,13 @@ def _sequences_per_row(path, features):
     return len(features["next_sentence_positions"].int64_list.value)
 
 
-def check_kinds(facts, max_seq_length, max_predictions_per_seq, vocab_size=None,
+def check_kinds(facts, max_seq_length, max_predictions_per_seq, config=None,
                 dynamic_flags=()):
     """Checks the RecordFacts of a set of files (non-empty list) against each other and the
-    flags; returns the first (their kind and packing are every file's). `vocab_size`: the model's (config), checked against dynamic
-    records' vocabulary. `dynamic_flags`: the DYNAMIC_ONLY_FLAGS given on the command line,
-    as `--name=value`, refused with static records."""
+    flags; returns the first (their kind and packing are every file's). `config`: the
+    model's `BertConfig`, whose vocab_size dynamic records' vocabulary must fit
+    (`training.vocab_fit`). `dynamic_flags`: the DYNAMIC_ONLY_FLAGS given on the command
+    line, as `--name=value`, refused with static records."""
     first = facts[0]
     for fact in facts:
         if fact.kind != first.kind or fact.sequences_per_row != first.sequences_per_row:
@@ -120,15 +123,16 @@ def check_kinds(facts, max_seq_length, max_predictions_per_seq, vocab_size=None,
                          f"{dynamic_flags[0]} applies only to records written with "
                          "create_pretraining_data.py --masking=dynamic")
     if first.kind == DYNAMIC:
-        _check_masking_vocab(first, vocab_size)
+        _check_masking_vocab(first, config)
     return first
 
 
-def _check_masking_vocab(fact, vocab_size):
+def _check_masking_vocab(fact, config):
     size, *special = fact.masking_vocab
     if not all(0 <= token < size for token in special):
         raise InputError(f"{fact.path}: {MASKING_VOCAB} {list(fact.masking_vocab)} has a "
                          f"special token id outside its vocabulary of {size}")
-    if vocab_size is not None and size > vocab_size:
-        raise InputError(f"{fact.path}: records were written with a vocabulary of {size} "
-                         f"tokens but the model's vocab_size is {vocab_size}")
+    problem = config and vocab_fit_problem(size, fact.path, config.vocab_size, config.source,
+                                           "records made with a vocabulary of")
+    if problem:
+        raise InputError(problem)

@@ -107,8 +107,10 @@ def test_start_up_checks_every_file_and_its_metadata(data, tmp_path):  # noqa: F
     refused(meta, f"{meta / 'part-1.tfrecord'}: has masking 'dynamic' but "
                   f"{meta / 'part-0.tfrecord'} has 'static'")
     write_metadata(meta / "part-1.tfrecord", vocab_size=30522)
-    refused(meta, f"{meta / 'part-1.tfrecord'}: records were made with a vocabulary of 30522 "
-                  "tokens but the config's vocab_size is 101")
+    # the check every command makes of a vocabulary against a config (training.vocab_fit)
+    refused(meta, f"{meta / 'part-1.tfrecord'}: records made with a vocabulary of 30522 "
+                  "tokens, more than the vocab_size 101 of "
+                  f"{data / 'bert_config.json'}: token ids from 101 up have no embedding")
     write_metadata(meta / "part-1.tfrecord", seq=128)
     refused(meta, f"{meta / 'part-1.tfrecord'} (per its metadata): records have sequence "
                   "length 128 but --max_seq_length=16")

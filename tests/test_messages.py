@@ -237,3 +237,32 @@ def test_export_on_a_full_disk_says_how_much_it_needs_and_writes_nothing(models,
                                                "SavedModel: "))
     assert needs and float(needs.group(1)) > 0.3 and float(needs.group(2)) <= 0.3
     assert not export_dir.exists()  # refused before writing
+
+
+def test_a_vocab_file_larger_than_the_saved_models_is_refused_before_it_loads(models, tmp_path,
+                                                                            capsys):
+    """--vocab_file given instead of the SavedModel's own: checked against the vocab_size the
+    export records (`training.vocab_fit`), in one line naming both, before the model loads
+    (a larger vocabulary gives ids beyond the embeddings: a traceback on a CPU, zeros read
+    on a GPU). Run in this process: inference's main takes its flag values as attributes."""
+    import json
+    import types
+
+    from cli.inference import main
+    task_file = os.path.join(models["saved_model"], "assets.extra", "bert_task.json")
+    vocab = (models["root"] / "vocab.txt").read_text().splitlines()
+    assert json.load(open(task_file))["vocab_size"] == len(vocab)  # the config's
+    larger = tmp_path / "larger_vocab.txt"
+    larger.write_text("\n".join(vocab + ["more", "tokens"]) + "\n")
+    flags = types.SimpleNamespace(saved_model=models["saved_model"], vocab_file=str(larger),
+                                  question="who wrote it", context="jane austen wrote it",
+                                  text=None, text_b=None, input_file=None)
+    assert main(flags) == 1
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        f"error: {larger}: a vocabulary of {len(vocab) + 2} tokens, more than the vocab_size "
+        f"{len(vocab)} of {task_file}: token ids from {len(vocab)} up have no embedding (a GPU "
+        "would read zeros for them); use the vocabulary the model was made with, or a config "
+        f"whose vocab_size is at least {len(vocab) + 2}"]
+    flags.vocab_file = str(models["root"] / "vocab.txt")  # the model's own: answered
+    assert main(flags) == 0

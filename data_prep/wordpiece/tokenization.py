@@ -45,6 +45,7 @@ from data_prep.wordpiece.char_classes import CharTables, is_punctuation
 from data_prep.wordpiece.tokenization_reference import (CONTINUATION_PREFIX,
                                                         MAX_INPUT_CHARS_PER_WORD, BasicTokenizer,
                                                         WordpieceTokenizer, convert_to_unicode)
+from reporting.errors import UsageError
 
 # Tokens that BERT pre-training and fine-tuning insert; a vocab without them is unusable.
 SPECIAL_TOKENS = ("[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -77,11 +78,15 @@ def word_starts(tokens):
 
 
 def validate_case_matches_checkpoint(do_lower_case, init_checkpoint):
-    """Raises ValueError when ``do_lower_case`` contradicts a known Google checkpoint name.
+    """Raises ``UsageError`` (a ValueError) when ``do_lower_case`` contradicts a known
+    Google checkpoint name.
 
     The casing is not stored in ``bert_config.json``, so a mismatch would otherwise go
     unnoticed and silently hurt fine-tuning. Only Google's released model directory
     names are recognised (e.g. ``.../uncased_L-12_H-768_A-12/bert_model.ckpt``).
+    ``UsageError`` because two flags contradict each other: every command reports it in
+    one line (a plain ValueError reached the user as a 27-line traceback from the
+    fine-tuning commands, whose one-line path does not take every ValueError).
     """
     if not init_checkpoint:
         return
@@ -100,7 +105,7 @@ def validate_case_matches_checkpoint(do_lower_case, init_checkpoint):
         expected = False
     else:
         return
-    raise ValueError(
+    raise UsageError(
         f"--do_lower_case={not expected} does not match --init_checkpoint={init_checkpoint}: "
         f"{model_name} is a {'lower-cased' if expected else 'cased'} model, "
         f"pass --do_lower_case={expected}")
