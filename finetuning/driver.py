@@ -167,7 +167,8 @@ def _run(task, options, workers, started_at):
         allreduce_post_accumulation=options.num_accumulation_steps > 1,
         allreduce_fn=workers.allreduce_fn(gradient_compression(speed.amp, speed.amp_dtype)),
         seed=options.seed, rank=workers.rank, devices=tuple(workers.devices),
-        log_variables=options.verbose_logging, fused_update=speed.fused_update)
+        log_variables=options.verbose_logging, fused_update=speed.fused_update,
+        keep_checkpoint_max=options.keep_checkpoint_max)
     log_hooks = []
 
     def logging_hooks(tensors):
@@ -193,7 +194,8 @@ def _run(task, options, workers, started_at):
             shard_by="records")
         preemption = train_resuming(estimator, train_input, options.output_dir,
                                     num_train_steps, workers, options.save_checkpoints_steps,
-                                    resume=resume)
+                                    resume=resume,
+                                    accumulation_steps=options.num_accumulation_steps)
         if preemption is not None:
             results["train"] = log_hooks[-1].summary() if log_hooks else {}
             if preemption.received is not None:
