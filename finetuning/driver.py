@@ -45,6 +45,15 @@ def training_schedule(num_examples, options, num_workers):
     return steps, int(steps * options.warmup_proportion)
 
 
+# The flags the training records are made with (at every start): a resume must keep them.
+RECORD_FLAGS = ("max_seq_length", "doc_stride", "max_query_length", "do_lower_case")
+
+
+def record_flags(options):
+    """{flag: value} of RECORD_FLAGS that this task has (`training.resume.train_resuming`)."""
+    return {name: getattr(options, name) for name in RECORD_FLAGS if hasattr(options, name)}
+
+
 def predict(estimator, task, features, path, batch_size):
     """Runs PREDICT over `features` (written to `path`); returns a list of result dicts."""
     task.write_records(features, path)
@@ -195,7 +204,8 @@ def _run(task, options, workers, started_at):
         preemption = train_resuming(estimator, train_input, options.output_dir,
                                     num_train_steps, workers, options.save_checkpoints_steps,
                                     resume=resume,
-                                    accumulation_steps=options.num_accumulation_steps)
+                                    accumulation_steps=options.num_accumulation_steps,
+                                    record_flags=record_flags(options))
         if preemption is not None:
             results["train"] = log_hooks[-1].summary() if log_hooks else {}
             if preemption.received is not None:

@@ -51,15 +51,21 @@ DEVICES = "num_local_devices"
 GLOBAL_BATCH_FACTORS = (BATCH, ACCUMULATION, RANKS, DEVICES)
 LAYOUT = (RANKS, DEVICES)
 # Settings recorded only by later versions; an older file without them is not refused.
+# (Fine-tuning's record flags: its training records are made at every start, and before they
+# were recorded a change was refused as other input files, by their digest.)
 LATER_SETTINGS = ("max_predictions_per_seq", "masked_lm_prob", "do_whole_word_mask",
-                  ACCUMULATION, DEVICES)
+                  ACCUMULATION, DEVICES, "max_seq_length", "doc_stride", "max_query_length",
+                  "do_lower_case")
+DIGEST = "input_files_sha256"
 
 
-def job_order(stream_order, accumulation_steps=1, local_devices=1):
+def job_order(stream_order, accumulation_steps=1, local_devices=1, record_flags=None):
     """This run's order: `stream_order` (`training.records.TrainingInput.order()`, whose
     `train_batch_size` is what one rank reads a micro-batch: local devices x the flag) with
-    `train_batch_size` the flag's value and the global batch's other factors beside it."""
-    order = dict(stream_order)
+    `train_batch_size` the flag's value and the global batch's other factors beside it;
+    `record_flags` ({flag name: value}): the flags the caller made its training records with
+    (fine-tuning's), so that a change is refused by name rather than by the files' digest."""
+    order = dict(stream_order, **(record_flags or {}))
     order[BATCH] = int(order[BATCH]) // int(local_devices)
     order[ACCUMULATION] = int(accumulation_steps)
     order[DEVICES] = int(local_devices)
@@ -80,7 +86,9 @@ def read_json(path):
 
 
 def _describe(settings, keys):
-    return ", ".join(f"{key}={settings.get(key)}" for key in keys)
+    """`key=value, ...`; a digest shortened to 12 characters (enough to tell two apart)."""
+    return ", ".join(f"{key}={str(settings.get(key))[:12] if key == DIGEST else settings.get(key)}"
+                     for key in keys)
 
 
 def resolve(output_dir, order, micro_step, reset=None, is_chief=True, saved_order=None):

@@ -335,6 +335,35 @@ def test_another_global_batch_is_refused_naming_the_flag(files, tmp_path, caplog
     assert data_order.resolve(str(tmp_path), order(ranks=2, devices=2), 6)["start_micro_step"] == 6
 
 
+def test_fine_tuning_record_flags_are_refused_by_name(files, tmp_path, caplog):
+    """Fine-tuning makes its training records at every start: a resume with another
+    --max_seq_length (--doc_stride, ...) reads other records, refused naming the flag (before:
+    only the records' digest, 64 hex digits a side)."""
+    from finetuning.driver import record_flags
+    from finetuning.options import ClassifierOptions, SquadOptions
+    assert record_flags(ClassifierOptions.of(max_seq_length=64)) == {
+        "max_seq_length": 64, "do_lower_case": True}
+    assert record_flags(SquadOptions.of(doc_stride=32)) == {
+        "max_seq_length": 384, "doc_stride": 32, "max_query_length": 64, "do_lower_case": True}
+
+    def order(flags, stream_files=files):
+        stream = TrainingInput(stream_files, 8, {}, seed=7, shard_by="records")
+        return data_order.job_order(stream.order(), 2, 1, flags)
+
+    data_order.record(str(tmp_path), dict(order({"max_seq_length": 16}), start_micro_step=0))
+    with pytest.raises(UsageError, match=r"was reached with input_files=3, "
+                                         r"input_files_sha256=\w{12}, max_seq_length=16 but "
+                                         r"this run has input_files=2, input_files_sha256="
+                                         r"\w{12}, max_seq_length=32; rerun with the recorded "
+                                         r"values or use a new --output_dir$"):
+        data_order.resolve(str(tmp_path), order({"max_seq_length": 32}, files[:2]), 4)
+    # a folder from before the flags were recorded: unknown, this run's assumed
+    with caplog.at_level("WARNING"):
+        assert data_order.resolve(str(tmp_path), order({"max_seq_length": 16,
+                                                        "doc_stride": 32}), 4) is not None
+    assert "predates the recording of doc_stride: assuming they were doc_stride=32" in caplog.text
+
+
 def test_pretraining_shards_whole_files_and_fine_tuning_records(files):
     with pytest.raises(InputError, match=r"^2 training input files for 3 ranks: .*"
                                          r"--n_training_shards=K` \(K a multiple of 3\)$"):

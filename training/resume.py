@@ -64,12 +64,14 @@ def checkpoint_value(checkpoint, name, default=0):
 
 
 def _input_position(training_input, output_dir, workers, save_checkpoints_steps,
-                    reset_data_position, global_step, checkpoint, accumulation_steps):
+                    reset_data_position, global_step, checkpoint, accumulation_steps,
+                    record_flags):
     """(records to skip, InputStateHook) for this rank. Raises UsageError when the
     checkpoint's data position or global batch does not carry over to `training_input`'s
-    settings and `accumulation_steps`."""
+    settings, `accumulation_steps` and `record_flags`."""
     micro_step = checkpoint_value(checkpoint, MICRO_STEP_NAME)
-    job = data_order.job_order(training_input.order(), accumulation_steps, workers.num_devices)
+    job = data_order.job_order(training_input.order(), accumulation_steps, workers.num_devices,
+                               record_flags)
     order = data_order.resolve(output_dir, job, micro_step,
                                reset_data_position, workers.is_chief,
                                input_state.saved_order(output_dir, micro_step))
@@ -112,12 +114,13 @@ def remove_leftovers(output_dir, rank_directories, is_chief=True):
 
 def train_resuming(estimator, training_input, output_dir, max_steps, workers,
                    save_checkpoints_steps, extra_hooks=(), reset_data_position=None,
-                   bad_records=None, resume=None, accumulation_steps=1):
+                   bad_records=None, resume=None, accumulation_steps=1, record_flags=None):
     """Trains to `max_steps` optimizer steps, continuing any checkpoint in `output_dir`.
 
     `training_input` (`training.records.TrainingInput`) is this rank's data stream;
     `accumulation_steps` (micro-batches an optimizer step) completes its global batch, which a
-    resume must keep (`resilience.data_order`).
+    resume must keep (`resilience.data_order`), as it must keep `record_flags` ({flag: value}
+    the training records were made with, when the caller makes them: fine-tuning).
     `save_checkpoints_steps` must be the Estimator's (rank 0's) rule: input states are saved
     with every model checkpoint. `reset_data_position`: True restarts the data order on
     purpose when the data settings changed; None when the caller offers no such option.
@@ -143,7 +146,8 @@ def train_resuming(estimator, training_input, output_dir, max_steps, workers,
             logging.warning("removed what an earlier run left half-written: %s", path)
     skip, state_hook, store = _input_position(training_input, output_dir, workers,
                                               save_checkpoints_steps, reset_data_position, done,
-                                              resume.checkpoint, accumulation_steps)
+                                              resume.checkpoint, accumulation_steps,
+                                              record_flags)
     finite = FiniteWeightsGuard(output_dir)
     preemption = PreemptionHook(os.path.join(output_dir, "model.ckpt"), workers, finite)
     space = CheckpointSpaceListener(output_dir, store.latest_bytes)
