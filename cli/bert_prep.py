@@ -16,6 +16,7 @@ import sys
 
 from cli.command import Command
 from cli.flag_groups import INPUT, OUTPUT, PRECISION, bind
+from cli.record_flags import register_record_checks
 
 
 def define_flags(flag_values):
@@ -74,6 +75,8 @@ def define_flags(flag_values):
     f.DEFINE_bool("pack", False, "Sequence packing: rows of up to --max_sequences_per_row "
                   "whole instances (less padding), in a `..._packed_<k>` folder.")
     f.DEFINE_integer("max_sequences_per_row", 3, "With --pack: instances per row at most.")
+    # settings whose records no run can read: refused as parsed, before the working dir's log
+    register_record_checks(flag_values, action="create_tfrecord_files")
     bind(flag_values, PRECISION).DEFINE_integer(
         "n_processes", os.cpu_count() or 1,
         "Worker processes (wikiextractor, sharding, create_tfrecord_files); with --hosts, "

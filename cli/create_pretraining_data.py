@@ -11,13 +11,15 @@ Google's, it prints the first instances and the counts it read and wrote.
 Input: plain text, one sentence per line, a blank line between documents.
 Bad input or output (missing or empty input, invalid UTF-8, missing vocab, unwritable
 output) prints one line `error: <file>: <problem>` to stderr and exits with status 1;
-no record file is left under the output name.
+no record file is left under the output name. Settings whose records no run could read
+(`--max_predictions_per_seq` above `--max_seq_length`) are refused as the flags are parsed.
 """
 import logging
 import sys
 
 from cli.command import Command
 from cli.flag_groups import INPUT, OUTPUT, PRECISION, bind
+from cli.record_flags import register_record_checks
 from runtime.threads import available_cpus
 
 
@@ -60,6 +62,7 @@ def define_flags(flag_values):
         "quota).")
     bind(flag_values, OUTPUT).DEFINE_string(
         "output_file", None, "Output TF example file (or comma-separated list of files).")
+    register_record_checks(flag_values)  # settings no run can read: refused as parsed
 
 
 def main(flags):

@@ -131,11 +131,13 @@ def define_flags(flag_values=flags.FLAGS):
                        "With --skip_bad_records: stop when more records than this were "
                        "skipped (over all ranks).")
     inp.DEFINE_bool("reset_data_position", OPTIONS.reset_data_position,
-                    "Resume a checkpoint whose data settings (--train_batch_size, --seed, "
-                    "--shuffle_buffer, input files, the masking flags of dynamic-masking records; "
-                    "recorded in --output_dir/data_order.json) "
+                    "Resume a checkpoint whose data settings or global batch "
+                    "(--train_batch_size, --num_accumulation_steps, --num_local_devices, "
+                    "--seed, --shuffle_buffer, input files, the masking flags of "
+                    "dynamic-masking records; recorded in --output_dir/data_order.json) "
                     "differ from this run's, restarting the data order from its beginning at "
                     "the checkpoint's step: examples already trained on may be seen again. "
                     "Without it such a resume stops with an error. Another number of ranks "
-                    "alone (a job requeued on other nodes) restarts the order by itself, "
-                    "with a warning. Scripts: RESET_DATA_POSITION=1.")
+                    "or local devices with the global batch kept (a job requeued on other "
+                    "nodes, its accumulation rescaled) restarts the order by itself, with a "
+                    "warning. Scripts: RESET_DATA_POSITION=1.")

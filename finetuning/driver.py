@@ -46,6 +46,15 @@ def training_schedule(num_examples, options, num_workers):
     return steps, int(steps * options.warmup_proportion)
 
 
+# The flags the training records are made with (at every start): a resume must keep them.
+RECORD_FLAGS = ("max_seq_length", "doc_stride", "max_query_length", "do_lower_case")
+
+
+def record_flags(options):
+    """{flag: value} of RECORD_FLAGS that this task has (`training.resume.train_resuming`)."""
+    return {name: getattr(options, name) for name in RECORD_FLAGS if hasattr(options, name)}
+
+
 def predict(estimator, task, features, path, batch_size):
     """Runs PREDICT over `features` (written to `path`); returns a list of result dicts."""
     task.write_records(features, path)
@@ -169,7 +178,8 @@ def _run(task, options, workers, started_at):
         allreduce_post_accumulation=options.num_accumulation_steps > 1,
         allreduce_fn=workers.allreduce_fn(gradient_compression(speed.amp, speed.amp_dtype)),
         seed=options.seed, rank=workers.rank, devices=tuple(workers.devices),
-        log_variables=options.verbose_logging, fused_update=speed.fused_update)
+        log_variables=options.verbose_logging, fused_update=speed.fused_update,
+        keep_checkpoint_max=options.keep_checkpoint_max)
     log_hooks = []
 
     def logging_hooks(tensors):
@@ -195,7 +205,9 @@ def _run(task, options, workers, started_at):
             shard_by="records")
         preemption = train_resuming(estimator, train_input, options.output_dir,
                                     num_train_steps, workers, options.save_checkpoints_steps,
-                                    resume=resume)
+                                    resume=resume,
+                                    accumulation_steps=options.num_accumulation_steps,
+                                    record_flags=record_flags(options))
         if preemption is not None:
             results["train"] = log_hooks[-1].summary() if log_hooks else {}
             if preemption.received is not None:

@@ -175,7 +175,7 @@ def _run(options, workers, started_at):
         weight_decay_rate=options.weight_decay_rate,
         lamb_layer_adaptation=options.lamb_layer_adaptation,
         max_consecutive_skips=options.max_consecutive_skips, log_variables=options.verbose_logging,
-        fused_update=speed.fused_update)
+        fused_update=speed.fused_update, keep_checkpoint_max=options.keep_checkpoint_max)
 
     log_hooks = []
     device_peak = _peak_flops(options.peak_tflops)
@@ -213,7 +213,8 @@ def _run(options, workers, started_at):
                                     options.num_train_steps, workers,
                                     options.save_checkpoints_steps, extra,
                                     reset_data_position=options.reset_data_position,
-                                    bad_records=bad_records, resume=resume)
+                                    bad_records=bad_records, resume=resume,
+                                    accumulation_steps=options.num_accumulation_steps)
         if preemption is not None:
             if log_hooks:
                 results["train"] = log_hooks[-1].summary()

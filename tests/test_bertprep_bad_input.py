@@ -183,3 +183,33 @@ def test_a_union_of_corpora_is_sharded_as_one(tmp_path):
     assert_clean_error(cli(wd, "--action", "download", "--dataset", "wikicorpus_en+custom"),
                        "a union is downloaded part by part: wikicorpus_en; custom text is "
                        "not downloaded")
+
+
+def test_records_no_run_can_read_are_refused_as_the_flags_are_parsed(tmp_path, capsys):
+    """create_tfrecord_files with --max_predictions_per_seq above --max_seq_length would write
+    every shard, metadata included, for run_pretraining.py to refuse: refused in one line
+    before the working dir (its log file) exists; the other actions write no records and
+    ignore the two flags."""
+    wd = tmp_path / "wd"
+    error = assert_clean_error(
+        cli(wd, "--action", "create_tfrecord_files", "--dataset", "custom",
+            "--max_seq_length", "128", "--max_predictions_per_seq", "200"),
+        "max_seq_length=128, max_predictions_per_seq=200, masking=static",
+        "run_pretraining.py refuses records with more masked-LM predictions "
+        "(--max_predictions_per_seq) than tokens (--max_seq_length)")
+    assert error.endswith("(--help lists the flags)")
+    assert not wd.exists()
+    # the library's own check, for callers without a command line (Dask workers, the demo)
+    options = PrepOptions(action="create_tfrecord_files", dataset="custom",
+                          working_dir=str(wd), max_seq_length=128,
+                          max_predictions_per_seq=200, progress=False)
+    assert prep_actions.run_cli(options) == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "error: --max_predictions_per_seq=200 with --max_seq_length=128: run_pretraining.py "
+        "refuses records with more masked-LM predictions (--max_predictions_per_seq) than "
+        "tokens (--max_seq_length): pass at most the sequence length (NVIDIA's: 20 for 128, "
+        "80 for 512)")
+    # sharding takes the flags too and writes no records: not refused by them
+    proc = cli(wd, "--action", "sharding", "--dataset", "custom", "--max_seq_length", "128",
+               "--max_predictions_per_seq", "200")
+    assert_clean_error(proc, "custom.txt: not found (run --action text_formatting first)")

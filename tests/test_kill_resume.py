@@ -100,13 +100,13 @@ def test_run_classifier_killed_three_times_resumes_bit_identical(classifier, tmp
                                                                  repo_root):
     """Fine-tuning (dropout, accumulation 2, 20 steps) killed at three seeded checkpoints, the
     third resume without input states (skipping records): the final weights equal an
-    uninterrupted run's, bit for bit."""
-    def args(output):
+    uninterrupted run's, bit for bit. A resume with another accumulation is refused."""
+    def args(output, accumulation=2):
         return [sys.executable, "run_classifier.py", "--task_name=SST-2",
                 f"--data_dir={classifier / 'data'}", f"--vocab_file={classifier / 'vocab.txt'}",
                 f"--bert_config_file={classifier / 'bert_config.json'}", "--do_train",
                 "--max_seq_length=16", "--train_batch_size=8", "--num_train_epochs=2",
-                "--num_accumulation_steps=2", "--save_checkpoints_steps=2",
+                f"--num_accumulation_steps={accumulation}", "--save_checkpoints_steps=2",
                 "--display_loss_steps=1", f"--output_dir={output}"]
 
     reference, run = tmp_path / "reference", tmp_path / "interrupted"
@@ -116,3 +116,15 @@ def test_run_classifier_killed_three_times_resumes_bit_identical(classifier, tmp
     train_killed_at_checkpoints(args(run), run, moments, 20, tmp_path, repo_root,
                                 drop_input_states_before=2)
     assert_same_weights(reference / "model.ckpt-20", run / "model.ckpt-20")
+
+    # Fine-tuning resumes too, so its global batch is kept as pre-training's is: without
+    # accumulation (40 steps of 8) the rest of the run would train on half the batch.
+    result = subprocess.run(args(run, accumulation=1), cwd=repo_root, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"error: {run}: its checkpoint (micro_step 40) was trained with a global batch of 16 "
+        "sequences (--train_batch_size=8 x --num_accumulation_steps=2 x 1 rank) and this run's "
+        "would be 8 (--num_accumulation_steps=1 where it had 2); pass "
+        "--num_accumulation_steps=2 to keep it, or start over (--start_over, or a new "
+        "--output_dir)")

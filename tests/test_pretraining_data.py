@@ -659,3 +659,46 @@ def test_documents_lost_to_truncation_are_warned_with_the_share(tokenizer, tmp_p
         create_pretraining_tfrecords(normal, str(tmp_path / "n.tfrecord"), tokenizer,
                                      options, log_instances=0)
     assert not [r for r in caplog.records if "truncation" in r.getMessage()]
+
+
+# ------------------------------------------- settings whose records no run can read
+
+def test_records_no_run_can_read_are_refused_before_anything_is_read(minilm_vocab, tmp_path):
+    """--max_predictions_per_seq above --max_seq_length: run_pretraining.py refuses such
+    static records (pretraining/runner.py), so they are refused before the input is read
+    (its absence is not what is reported) and nothing is written. Dynamic-masking records
+    hold no predictions: the same flags are theirs to ignore, also packed."""
+    src = _write(tmp_path / "in.txt", "\n\n".join(
+        "\n".join(f"Document {d} sentence {s} talks about topic {d * s}." for s in range(8))
+        for d in range(4)) + "\n")
+    out = str(tmp_path / "out.tfrecord")
+    for options in (PretrainingDataOptions(max_seq_length=32, max_predictions_per_seq=33),
+                    PretrainingDataOptions(max_seq_length=32, max_predictions_per_seq=33,
+                                           max_sequences_per_row=2)):
+        with pytest.raises(DataPrepError) as refused:
+            create_pretraining_tfrecords(str(tmp_path / "missing.txt"), out, minilm_vocab,
+                                         options, log_instances=0)
+        assert str(refused.value) == (
+            "--max_predictions_per_seq=33 with --max_seq_length=32: run_pretraining.py refuses "
+            "records with more masked-LM predictions (--max_predictions_per_seq) than tokens "
+            "(--max_seq_length): pass at most the sequence length (NVIDIA's: 20 for 128, 80 "
+            "for 512)")
+    assert sorted(os.listdir(tmp_path)) == ["in.txt"]
+    stats = create_pretraining_tfrecords(src, out, minilm_vocab, PretrainingDataOptions(
+        max_seq_length=32, max_predictions_per_seq=33, masking="dynamic",
+        max_sequences_per_row=2, dupe_factor=1), log_instances=0)
+    assert stats.instances > 0
+    # the same settings end a command line as it is parsed: before the log file or any output
+    logs = tmp_path / "logs"
+    for pack in ([], ["--pack"]):
+        proc = _cli([f"--input_file={src}", f"--output_file={tmp_path / 'cli.tfrecord'}",
+                     f"--vocab_file={minilm_vocab}", "--max_seq_length=32",
+                     "--max_predictions_per_seq=40", f"--log_dir={logs}"] + pack)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr
+        assert proc.stderr.strip().splitlines() == [
+            "error: flags max_seq_length=32, max_predictions_per_seq=40, masking=static: "
+            "run_pretraining.py refuses records with more masked-LM predictions "
+            "(--max_predictions_per_seq) than tokens (--max_seq_length): pass at most the "
+            "sequence length (NVIDIA's: 20 for 128, 80 for 512) (--help lists the flags)"]
+        assert not logs.exists() and not (tmp_path / "cli.tfrecord").exists()
+        assert not os.path.exists(record_metadata.metadata_path(str(tmp_path / "cli.tfrecord")))

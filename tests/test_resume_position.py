@@ -238,8 +238,9 @@ def test_changed_masking_of_dynamic_records_is_refused(unmasked_files, tmp_path,
     # a data_order.json written before the masking settings were recorded: they are unknown,
     # so this run's are assumed (with a warning) and recorded for the next resume
     path = out / data_order.DATA_ORDER_FILE
+    masking = ("max_predictions_per_seq", "masked_lm_prob", "do_whole_word_mask")
     older = {key: value for key, value in json.loads(path.read_text()).items()
-             if key not in data_order.LATER_SETTINGS}
+             if key not in masking}
     path.write_text(json.dumps(older))
     with caplog.at_level("WARNING"):
         train(out, unmasked_files, 10, masking=DynamicMasking(PREDICTIONS, 0.2))
@@ -253,26 +254,114 @@ def test_changed_masking_of_dynamic_records_is_refused(unmasked_files, tmp_path,
 
 
 def test_other_files_are_refused_and_other_ranks_restart_the_order(files, tmp_path, caplog):
-    """A job requeued on another node count resumes (weights and step) with a new data order,
-    said in one line; other files, or other ranks together with another batch, are refused."""
-    stream = TrainingInput(files, 4, {}, seed=7)
-    data_order.record(str(tmp_path), dict(stream.order(), start_micro_step=0))
-    two_ranks = TrainingInput(files, 4, {}, seed=7, num_shards=2)
+    """A job requeued on another node count with the global batch kept (fewer ranks, more
+    accumulation) resumes (weights and step) with a new data order, said in one line; other
+    files, or other ranks together with another batch, are refused."""
+    def order(ranks=1, batch=4, accumulation=1, devices=1, stream_files=files):
+        stream = TrainingInput(stream_files, batch * devices, {}, seed=7, num_shards=ranks)
+        return data_order.job_order(stream.order(), accumulation, devices)
+
+    data_order.record(str(tmp_path), dict(order(accumulation=2), start_micro_step=0))
+    two_ranks = order(ranks=2)
     with caplog.at_level("WARNING"):
-        resolved = data_order.resolve(str(tmp_path), two_ranks.order(), 6)
-    assert resolved == dict(two_ranks.order(), start_micro_step=6)
+        resolved = data_order.resolve(str(tmp_path), two_ranks, 6)
+    assert resolved == dict(two_ranks, start_micro_step=6)
     assert (f"{tmp_path}: its data position (micro_step 6) was reached on 1 rank and this run "
-            "has 2: the weights and step resume, the data order restarts from its beginning "
-            "on 2 ranks") in caplog.text
-    bigger = TrainingInput(files, 8, {}, seed=7, num_shards=2)
-    with pytest.raises(UsageError, match=r"reached with ranks=1, train_batch_size=4 but this "
-                                         r"run has ranks=2, train_batch_size=8;"):
-        data_order.resolve(str(tmp_path), bigger.order(), 6)
-    fewer = TrainingInput(files[:2], 4, {}, seed=7)
+            "has 2 (global batch 8 kept: --num_accumulation_steps=1): the weights and step "
+            "resume, the data order restarts from its beginning on 2 ranks") in caplog.text
+    # towers count as ranks do: 2 local devices without accumulation keep the batch too
+    assert data_order.resolve(str(tmp_path), order(devices=2), 6)["start_micro_step"] == 6
+    bigger = order(ranks=2, batch=8)
+    with pytest.raises(UsageError, match=r"reached with num_accumulation_steps=2, ranks=1, "
+                                         r"train_batch_size=4 but this run has "
+                                         r"num_accumulation_steps=1, ranks=2, train_batch_size=8;"):
+        data_order.resolve(str(tmp_path), bigger, 6)
+    fewer = order(accumulation=2, stream_files=files[:2])
     with pytest.raises(UsageError, match=r"with input_files=3, input_files_sha256=\w+ but "
                                          r"this run has input_files=2, input_files_sha256="):
-        data_order.resolve(str(tmp_path), fewer.order(), 6)
-    assert data_order.resolve(str(tmp_path), two_ranks.order(), 0)["start_micro_step"] == 0
+        data_order.resolve(str(tmp_path), fewer, 6)
+    assert data_order.resolve(str(tmp_path), two_ranks, 0)["start_micro_step"] == 0
+
+
+def test_another_global_batch_is_refused_naming_the_flag(files, tmp_path, caplog):
+    """Another --num_accumulation_steps (2 -> 4, 2 -> 1), or other ranks or local devices
+    that do not keep the global batch, would train the rest of the run on another recipe:
+    refused in one line naming the flag, both values and the accumulation that keeps it."""
+    def order(ranks=1, accumulation=2, devices=1):
+        stream = TrainingInput(files, 4 * devices, {}, seed=7, num_shards=ranks)
+        return data_order.job_order(stream.order(), accumulation, devices)
+
+    data_order.record(str(tmp_path), dict(order(), start_micro_step=0))
+    recorded = ("was trained with a global batch of 8 sequences (--train_batch_size=4 x "
+                "--num_accumulation_steps=2 x 1 rank)")
+    for changed, now, given in [
+            (order(accumulation=4), 16, "--num_accumulation_steps=4 where it had 2"),
+            (order(accumulation=1), 4, "--num_accumulation_steps=1 where it had 2")]:
+        with pytest.raises(UsageError) as refused:
+            data_order.resolve(str(tmp_path), changed, 6, reset=False)
+        assert str(refused.value) == (
+            f"{tmp_path}: its checkpoint (micro_step 6) {recorded} and this run's would be "
+            f"{now} ({given}); pass --num_accumulation_steps=2 to keep it, pass "
+            "--reset_data_position to change it on purpose, or start over (--start_over, or "
+            "a new --output_dir)")
+    with pytest.raises(UsageError) as refused:  # a requeue on 2 ranks, accumulation unchanged
+        data_order.resolve(str(tmp_path), order(ranks=2), 6)
+    assert str(refused.value).endswith(
+        "and this run's would be 16 (2 ranks where it had 1); pass --num_accumulation_steps=1 "
+        "to keep it, or start over (--start_over, or a new --output_dir)")
+    with pytest.raises(UsageError, match=r"x --num_local_devices=1\) and this run's would be "
+                                         r"16 \(--num_local_devices=2 where it had 1\); pass "
+                                         r"--num_accumulation_steps=1 to keep it"):
+        data_order.resolve(str(tmp_path), order(devices=2), 6)
+    # on purpose: the order restarts, and the new global batch is said
+    with caplog.at_level("WARNING"):
+        assert data_order.resolve(str(tmp_path), order(accumulation=4), 6,
+                                  reset=True)["start_micro_step"] == 6
+    assert ("--reset_data_position: the data order restarts from its beginning at micro_step "
+            "6, and the global batch changes from 8 to 16 sequences") in caplog.text
+
+    # a data_order.json from before the accumulation was recorded, its batch per process
+    # (local devices x the flag): unknown, so a layout change restarts as it did, and the
+    # same settings resume where they were
+    older = {key: value for key, value in order(devices=2).items()
+             if key not in ("num_accumulation_steps", "num_local_devices")}
+    older["train_batch_size"] = 8
+    data_order.record(str(tmp_path), dict(older, start_micro_step=2))
+    with caplog.at_level("WARNING"):
+        assert data_order.resolve(str(tmp_path), order(devices=2, accumulation=3),
+                                  6)["start_micro_step"] == 2
+    assert ("predates the recording of num_accumulation_steps, num_local_devices: assuming "
+            "they were num_accumulation_steps=3, num_local_devices=2") in caplog.text
+    assert data_order.resolve(str(tmp_path), order(ranks=2, devices=2), 6)["start_micro_step"] == 6
+
+
+def test_fine_tuning_record_flags_are_refused_by_name(files, tmp_path, caplog):
+    """Fine-tuning makes its training records at every start: a resume with another
+    --max_seq_length (--doc_stride, ...) reads other records, refused naming the flag (before:
+    only the records' digest, 64 hex digits a side)."""
+    from finetuning.driver import record_flags
+    from finetuning.options import ClassifierOptions, SquadOptions
+    assert record_flags(ClassifierOptions.of(max_seq_length=64)) == {
+        "max_seq_length": 64, "do_lower_case": True}
+    assert record_flags(SquadOptions.of(doc_stride=32)) == {
+        "max_seq_length": 384, "doc_stride": 32, "max_query_length": 64, "do_lower_case": True}
+
+    def order(flags, stream_files=files):
+        stream = TrainingInput(stream_files, 8, {}, seed=7, shard_by="records")
+        return data_order.job_order(stream.order(), 2, 1, flags)
+
+    data_order.record(str(tmp_path), dict(order({"max_seq_length": 16}), start_micro_step=0))
+    with pytest.raises(UsageError, match=r"was reached with input_files=3, "
+                                         r"input_files_sha256=\w{12}, max_seq_length=16 but "
+                                         r"this run has input_files=2, input_files_sha256="
+                                         r"\w{12}, max_seq_length=32; rerun with the recorded "
+                                         r"values or use a new --output_dir$"):
+        data_order.resolve(str(tmp_path), order({"max_seq_length": 32}, files[:2]), 4)
+    # a folder from before the flags were recorded: unknown, this run's assumed
+    with caplog.at_level("WARNING"):
+        assert data_order.resolve(str(tmp_path), order({"max_seq_length": 16,
+                                                        "doc_stride": 32}), 4) is not None
+    assert "predates the recording of doc_stride: assuming they were doc_stride=32" in caplog.text
 
 
 def test_pretraining_shards_whole_files_and_fine_tuning_records(files):
@@ -314,22 +403,43 @@ def test_three_kills_with_accumulation_resume_bit_identical(unmasked_data, tmp_p
 
 
 def test_resume_with_another_batch_size_is_refused_in_one_line(data, tmp_path, repo_root):
+    """Another --train_batch_size, or another --num_accumulation_steps (1 -> 2: before, a
+    list of the checkpoint variables the new graph has and the checkpoint lacks), is refused
+    in one line; --reset_data_position changes both on purpose, the new accumulation buffers
+    starting empty (`resilience.accumulation_state`)."""
     out = tmp_path / "run"
     subprocess.run(command_line(data, out, num_train_steps=2), cwd=repo_root, check=True,
                    capture_output=True, timeout=300)
-    result = subprocess.run(command_line(data, out, num_train_steps=4, train_batch_size=8),
-                            cwd=repo_root, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 1 and "Traceback" not in result.stderr
-    assert result.stderr.strip().splitlines()[-1] == (
+
+    def last_error(**overrides):
+        result = subprocess.run(command_line(data, out, num_train_steps=4, **overrides),
+                                cwd=repo_root, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 1 and "Traceback" not in result.stderr
+        return [line for line in result.stderr.splitlines() if line.startswith("error:")]
+
+    assert last_error(train_batch_size=8) == [
         f"error: {out}: its checkpoint's data position (micro_step 2) was reached with "
         "train_batch_size=4 but this run has train_batch_size=8; rerun with the recorded "
         "values or use a new --output_dir, or pass --reset_data_position to restart the data "
-        "order on purpose")
-    result = subprocess.run(command_line(data, out, num_train_steps=4, train_batch_size=8) +
+        "order on purpose"]
+    assert last_error(num_accumulation_steps=2) == [
+        f"error: {out}: its checkpoint (micro_step 2) was trained with a global batch of 4 "
+        "sequences (--train_batch_size=4 x --num_accumulation_steps=1 x 1 rank) and this run's "
+        "would be 8 (--num_accumulation_steps=2 where it had 1); pass "
+        "--num_accumulation_steps=1 to keep it, pass --reset_data_position to change it on "
+        "purpose, or start over (--start_over, or a new --output_dir)"]
+    result = subprocess.run(command_line(data, out, num_train_steps=4, train_batch_size=8,
+                                         num_accumulation_steps=2) +
                             ["--reset_data_position"], cwd=repo_root, capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert json.loads((out / "data_order.json").read_text())["start_micro_step"] == 2
+    assert (f"{out}: --reset_data_position: the data order restarts from its beginning at "
+            "micro_step 2, and the global batch changes from 4 to 16 sequences") in result.stderr
+    order = json.loads((out / "data_order.json").read_text())
+    assert order["start_micro_step"] == 2 and order["num_accumulation_steps"] == 2
+    state = checkpoint_tensors(str(out / "model.ckpt-4"))
+    assert state["global_step"] == 4 and state["micro_step"] == 2 + 2 * 2
+    assert state["gradient_accumulation/local_step"] == 0
 
 
 @pytest.mark.horovod
@@ -378,37 +488,43 @@ def test_two_horovod_ranks_resume_their_own_input_states(data, tmp_path, repo_ro
 @pytest.mark.horovod
 @pytest.mark.faults
 def test_a_job_requeued_on_fewer_ranks_resumes_with_a_new_data_order(tmp_path, repo_root):
-    """Preempted on 2 ranks, resubmitted on 1 (a 2-node job requeued on one node): the weights
-    and step resume, the data order restarts on 1 rank, said in one line, and the run ends."""
+    """Preempted on 2 ranks, resubmitted on 1 with twice the accumulation (a 2-node job
+    requeued on one node, its global batch kept): the weights and step resume, the data order
+    restarts on 1 rank, said in one line, and the run ends. (The same requeue without the
+    accumulation, which changes the global batch, is refused: the test above.)"""
     pytest.importorskip("horovod.tensorflow", reason="Horovod not installed "
                         "(bash scripts/install.sh builds it)")
     data = tmp_path / "data"
     data.mkdir()
     write_data(data)
 
-    def run(ranks, steps):
+    def run(ranks, steps, **overrides):
         horovodrun = [os.path.join(os.path.dirname(sys.executable), "horovodrun"), "-np",
                       str(ranks), "--gloo", "-H", f"localhost:{ranks}"]
         result = subprocess.run(
             horovodrun + command_line(data, tmp_path / "run", num_train_steps=steps,
-                                      save_checkpoints_steps=2) + ["--horovod"],
+                                      save_checkpoints_steps=2, **overrides) + ["--horovod"],
             cwd=repo_root, capture_output=True, text=True, timeout=400)
         assert result.returncode == 0, result.stderr[-3000:]
         return result.stdout + result.stderr
 
     run(2, 2)
     first = checkpoint_tensors(str(tmp_path / "run" / "model.ckpt-2"))
-    output = run(1, 4)
+    assert "gradient_accumulation/local_step" not in first
+    # the global batch kept: twice the accumulation, whose buffers the checkpoint lacks
+    output = run(1, 4, num_accumulation_steps=2)
     said = [line for line in output.splitlines() if "data position" in line]
     assert len(said) == 1 and said[0].endswith(
         f"{tmp_path / 'run'}: its data position (micro_step 2) was reached on 2 ranks and this "
-        "run has 1: the weights and step resume, the data order restarts from its beginning "
-        "on 1 rank (records of the current epoch may be seen again)"), said
+        "run has 1 (global batch 8 kept: --num_accumulation_steps=2): the weights and step "
+        "resume, the data order restarts from its beginning on 1 rank (records of the current "
+        "epoch may be seen again)"), said
     assert "error:" not in output
     order = json.loads((tmp_path / "run" / "data_order.json").read_text())
     assert order["ranks"] == 1 and order["start_micro_step"] == 2
+    assert order["num_accumulation_steps"] == 2
     last = checkpoint_tensors(str(tmp_path / "run" / "model.ckpt-4"))
-    assert last["global_step"] == 4 and last["micro_step"] == 4
+    assert last["global_step"] == 4 and last["micro_step"] == 2 + 2 * 2
     # steps 3 and 4 ran, from the 2-rank checkpoint: not steps 1-4 from a fresh start
     steps = {line.split("step ", 1)[1].split()[0] for line in output.splitlines()
              if "step " in line and "/4" in line}

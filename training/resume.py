@@ -12,8 +12,9 @@ data stream from the checkpoint's `micro_step` (micro-batches it consumed):
   older version): by rebuilding the seeded pipeline and skipping the records consumed since
   the data order began: exact, but each rank re-reads them, so a warning says so. The
   states this run saves restore later into a pipeline rebuilt with the same skip.
-The data settings must be those the checkpoint was trained with (`resilience.data_order`,
-checked on every rank before training). SIGTERM/SIGINT save a checkpoint and end the run
+The data settings and the global batch must be those the checkpoint was trained with
+(`resilience.data_order`, checked on every rank before training; another layout of ranks
+and devices keeping the global batch restarts the data order). SIGTERM/SIGINT save a checkpoint and end the run
 cleanly (`PreemptionHook`); the input state is saved at the same moment. A run that failed
 or was killed may leave half-written files (a full disk): they are removed at the next
 start, so the rerun resumes from the last complete checkpoint. No checkpoint holding a NaN
@@ -63,11 +64,15 @@ def checkpoint_value(checkpoint, name, default=0):
 
 
 def _input_position(training_input, output_dir, workers, save_checkpoints_steps,
-                    reset_data_position, global_step, checkpoint):
+                    reset_data_position, global_step, checkpoint, accumulation_steps,
+                    record_flags):
     """(records to skip, InputStateHook) for this rank. Raises UsageError when the
-    checkpoint's data position does not carry over to `training_input`'s settings."""
+    checkpoint's data position or global batch does not carry over to `training_input`'s
+    settings, `accumulation_steps` and `record_flags`."""
     micro_step = checkpoint_value(checkpoint, MICRO_STEP_NAME)
-    order = data_order.resolve(output_dir, training_input.order(), micro_step,
+    job = data_order.job_order(training_input.order(), accumulation_steps, workers.num_devices,
+                               record_flags)
+    order = data_order.resolve(output_dir, job, micro_step,
                                reset_data_position, workers.is_chief,
                                input_state.saved_order(output_dir, micro_step))
     if workers.is_chief:
@@ -109,10 +114,13 @@ def remove_leftovers(output_dir, rank_directories, is_chief=True):
 
 def train_resuming(estimator, training_input, output_dir, max_steps, workers,
                    save_checkpoints_steps, extra_hooks=(), reset_data_position=None,
-                   bad_records=None, resume=None):
+                   bad_records=None, resume=None, accumulation_steps=1, record_flags=None):
     """Trains to `max_steps` optimizer steps, continuing any checkpoint in `output_dir`.
 
-    `training_input` (`training.records.TrainingInput`) is this rank's data stream.
+    `training_input` (`training.records.TrainingInput`) is this rank's data stream;
+    `accumulation_steps` (micro-batches an optimizer step) completes its global batch, which a
+    resume must keep (`resilience.data_order`), as it must keep `record_flags` ({flag: value}
+    the training records were made with, when the caller makes them: fine-tuning).
     `save_checkpoints_steps` must be the Estimator's (rank 0's) rule: input states are saved
     with every model checkpoint. `reset_data_position`: True restarts the data order on
     purpose when the data settings changed; None when the caller offers no such option.
@@ -138,7 +146,8 @@ def train_resuming(estimator, training_input, output_dir, max_steps, workers,
             logging.warning("removed what an earlier run left half-written: %s", path)
     skip, state_hook, store = _input_position(training_input, output_dir, workers,
                                               save_checkpoints_steps, reset_data_position, done,
-                                              resume.checkpoint)
+                                              resume.checkpoint, accumulation_steps,
+                                              record_flags)
     finite = FiniteWeightsGuard(output_dir)
     preemption = PreemptionHook(os.path.join(output_dir, "model.ckpt"), workers, finite)
     space = CheckpointSpaceListener(output_dir, store.latest_bytes)

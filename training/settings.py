@@ -31,6 +31,8 @@ class TrainingSettings:
     devices: tuple = ()                    # tower devices of --num_local_devices (runtime.towers)
     # the optimizer's update XLA-compiled (runtime.speed_defaults.fused_update); None: its default
     fused_update: Optional[bool] = None
+    # the RunConfig's: a Saver the training step installs keeps as many checkpoints
+    keep_checkpoint_max: int = 5
 
 
 def precision_settings(amp, amp_dtype):

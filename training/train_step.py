@@ -10,6 +10,7 @@ from absl import logging
 from modeling.checkpoints import refuse_other_model
 from modeling.core import stateless_dropout
 from optimization import Tower, create_train_op
+from resilience.accumulation_state import absent_accumulation_state, install_filling_saver
 from resilience.divergence import DivergenceGuardHook
 # The step's `is_optimizer_step` is published there: hooks that act only at window
 # boundaries (preemption, the bad-record bound) follow it (resilience.window_boundaries).
@@ -68,9 +69,19 @@ def train_spec(settings, loss, micro_step, log_tensors, extra_hooks_fn=None, tow
         towers=[Tower(device, tower_loss, reads) for device, tower_loss, reads in towers]
         or None)
     # Every variable now exists (slots, buffers): before anything is saved, the folder's
-    # checkpoint must be of this graph, or the run would overwrite another model with it.
-    refuse_other_model(settings.model_dir, tf1.global_variables(),
+    # checkpoint must be of this graph, or the run would overwrite another model with it;
+    # but for accumulation state it lacks (written without accumulation, or with fewer
+    # towers), which starts empty (`resilience.accumulation_state`).
+    checkpoint = settings.resume_checkpoint
+    if checkpoint is None and settings.model_dir:
+        checkpoint = tf1.train.latest_checkpoint(settings.model_dir)
+    absent = absent_accumulation_state(tf1.global_variables(), checkpoint)
+    skipped = {id(variable) for variable in absent}
+    refuse_other_model(settings.model_dir,
+                       [var for var in tf1.global_variables() if id(var) not in skipped],
                        checkpoint=settings.resume_checkpoint)
+    if absent:
+        install_filling_saver(absent, settings.keep_checkpoint_max)
     with tf.control_dependencies([train_op]):
         train_op = tf.group(train_op, micro_step.assign_add(1, read_value=False))
     tensors = dict(log_tensors)

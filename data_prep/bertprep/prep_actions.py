@@ -343,6 +343,13 @@ def action_create_tfrecord_files(o: PrepOptions, layout: Layout) -> int:
     from data_prep.instances.pretraining_data_options import (PretrainingDataOptions,
                                                               derive_shard_seed)
     from data_prep.instances.vocab_info import load_tokenizer
+    base = PretrainingDataOptions(
+        max_seq_length=o.max_seq_length, max_predictions_per_seq=o.max_predictions_per_seq,
+        random_seed=o.random_seed, dupe_factor=o.dupe_factor, masked_lm_prob=o.masked_lm_prob,
+        short_seq_prob=o.short_seq_prob, do_whole_word_mask=o.do_whole_word_mask,
+        do_lower_case=o.do_lower_case, masking=o.masking,
+        max_sequences_per_row=o.max_sequences_per_row)
+    base.validate()  # settings no run can read: refused before anything is read
     _require_corpus(o)
     from data_prep.bertprep.sharding import unfinished
     shard_dir = layout.sharded_dir(o.dataset, o)
@@ -355,13 +362,6 @@ def action_create_tfrecord_files(o: PrepOptions, layout: Layout) -> int:
                                        "--n_training_shards/--n_test_shards/--fraction_test_set)")
     vocab_file = resolve_vocab(o, layout)
     load_tokenizer(vocab_file, o.do_lower_case)  # a bad vocab fails once, up front
-    base = PretrainingDataOptions(
-        max_seq_length=o.max_seq_length, max_predictions_per_seq=o.max_predictions_per_seq,
-        random_seed=o.random_seed, dupe_factor=o.dupe_factor, masked_lm_prob=o.masked_lm_prob,
-        short_seq_prob=o.short_seq_prob, do_whole_word_mask=o.do_whole_word_mask,
-        do_lower_case=o.do_lower_case, masking=o.masking,
-        max_sequences_per_row=o.max_sequences_per_row)
-    base.validate()
     out_dir = layout.tfrecord_dir(o.dataset, o)
     for split in SPLITS:
         folder = layout.tfrecord_split_dir(o.dataset, o, split)

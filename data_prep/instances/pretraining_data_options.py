@@ -19,6 +19,28 @@ from data_prep.errors import DataPrepError
 MASKINGS = ("static", "dynamic")
 
 
+def unreadable_records(max_seq_length, max_predictions_per_seq, masking="static"):
+    """Why no run can read records written with these settings (one sentence naming the
+    flags and what to pass), or None: the check every tool that writes records makes before
+    reading or writing anything (`PretrainingDataOptions.validate`; the commands, at parse
+    time: `cli.record_flags`).
+
+    run_pretraining.py takes static records only with its --max_predictions_per_seq equal to
+    theirs, and refuses a --max_predictions_per_seq above --max_seq_length (a sequence cannot
+    hold more masked tokens than tokens), so such records were written in full, metadata
+    included, to be refused at the first run. Dynamic-masking records hold no predictions
+    (run_pretraining.py's own flag decides them there), so this does not apply to them.
+    The other settings a run checks its records against are the model's (vocab_size,
+    max_position_embeddings), unknown here; the ranges of single flags are
+    `training.option_ranges`'.
+    """
+    if masking == "static" and max_predictions_per_seq > max_seq_length:
+        return ("run_pretraining.py refuses records with more masked-LM predictions "
+                "(--max_predictions_per_seq) than tokens (--max_seq_length): pass at most the "
+                "sequence length (NVIDIA's: 20 for 128, 80 for 512)")
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class PretrainingDataOptions:
     """The options of Google's ``create_pretraining_data.py`` (same names and defaults)."""
@@ -47,6 +69,11 @@ class PretrainingDataOptions:
             bad("max_seq_length", f"must be at least 5, got {self.max_seq_length}")
         if self.max_predictions_per_seq < 1:
             bad("max_predictions_per_seq", f"must be at least 1, got {self.max_predictions_per_seq}")
+        unreadable = unreadable_records(self.max_seq_length, self.max_predictions_per_seq,
+                                        self.masking)
+        if unreadable:
+            bad(f"max_predictions_per_seq={self.max_predictions_per_seq} with "
+                f"--max_seq_length={self.max_seq_length}", unreadable)
         if self.dupe_factor < 1:
             bad("dupe_factor", f"must be at least 1, got {self.dupe_factor}")
         if not 0.0 <= self.masked_lm_prob <= 1.0:
