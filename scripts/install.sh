@@ -4,7 +4,9 @@
 #   bash scripts/install.sh [--oracles] [--no-horovod] [--test-services] [--check-toolkit]
 #                           [--check-build]
 #
-# * Creates $BERT_VENV (default: ./.venv) with Python 3.11.
+# * Creates $BERT_VENV (default: ./.venv) with Python 3.11: $PYTHON, else python3.11 or python3
+#   on PATH, else one `uv python install 3.11` fetches (uv from PATH, or installed from PyPI into
+#   the cache); where none can be had, it says in one line what to install.
 # * Installs TensorFlow 2.15.1: tensorflow[and-cuda] where `nvidia-smi` sees a GPU,
 #   tensorflow-cpu otherwise (override with BERT_TF_FLAVOR=cpu|gpu). A venv switched from one
 #   flavour to the other loses the other TensorFlow first (both provide the `tensorflow` module).
@@ -27,8 +29,9 @@
 #   tests/test_slurm.py) and openssh-server (ssh "hosts" on loopback addresses for
 #   tests/test_multihost.py) when missing, as root on Debian/Ubuntu; where that cannot be done
 #   the install goes on and those tests skip, saying why.
-# Idempotent: a stamp file records what was installed; a rerun with nothing changed
-# returns at once.
+# Idempotent: a stamp file records what was installed; a rerun with nothing changed returns
+# at once, once it has checked that the venv still runs it (its python starts, bert-tf is this
+# checkout's, every requirement is installed at its version): a venv that does not is repaired.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -48,7 +51,7 @@ for arg in "$@"; do
     --test-services) WITH_TEST_SERVICES=1 ;;
     --check-toolkit) CHECK_TOOLKIT_ONLY=1 ;;
     --check-build) CHECK_BUILD_ONLY=1 ;;
-    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
     *) echo "install.sh: unknown option '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -203,22 +206,27 @@ PY
   "${PIP[@]}" uninstall -y -q "${names[@]}"
 }
 
-PYTHON="${PYTHON:-}"
-if [ -z "$PYTHON" ]; then
-  for candidate in python3.11 python3; do
-    if command -v "$candidate" >/dev/null 2>&1 && \
-       "$candidate" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)'; then
-      PYTHON="$candidate"; break
-    fi
-  done
-fi
-[ -n "$PYTHON" ] || { echo "install.sh: Python 3.11 not found (set PYTHON=/path/to/python3.11)" >&2; exit 1; }
+# Python 3.11: $PYTHON, python3.11 or python3 on PATH, or one uv fetches (install_checks.sh).
+find_python311
 
 PY_TAG=$("$PYTHON" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
-STAMP_KEY=$(cat "$ROOT/setup.py" "$0" | sha256sum | cut -c1-16)-$BUILD_KEY-$WITH_ORACLES-$WITH_HOROVOD-$PY_TAG
+STAMP_KEY=$(cat "$ROOT/setup.py" "$0" "$ROOT/scripts/install_checks.sh" | sha256sum |
+            cut -c1-16)-$BUILD_KEY-$WITH_ORACLES-$WITH_HOROVOD-$PY_TAG
 STAMP="$VENV/.bert-tf-installed"
+EXTRAS="$FLAVOR,test"
+[ "$WITH_ORACLES" = 1 ] && EXTRAS="$EXTRAS,oracles"
+# The stamp is trusted only while the venv still runs what it names (install_checks.sh's
+# venv_problem): a venv whose python is gone, or that lost a package, is repaired.
 UP_TO_DATE=0
-if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$STAMP_KEY" ]; then UP_TO_DATE=1; fi
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$STAMP_KEY" ]; then
+  problem=$(venv_problem "$PY_TAG" "$EXTRAS" "$WITH_HOROVOD")
+  if [ -z "$problem" ]; then
+    UP_TO_DATE=1
+  else
+    log "the environment at $VENV does not run what it was installed with: $problem; repairing it"
+    rm -f "$STAMP"
+  fi
+fi
 WHEEL_DIR="$CACHE/wheels/horovod-$HOROVOD_VERSION-tf$TF_VERSION-$PY_TAG-$BUILD_KEY"
 # Before anything is downloaded: a Horovod build (none when its wheel is cached) checks its tools.
 BUILD_LINES=()
@@ -232,16 +240,11 @@ if [ "$UP_TO_DATE" = 1 ]; then
   exit 0
 fi
 
-if [ ! -x "$VENV/bin/python" ]; then
-  log "creating virtual environment $VENV with $PYTHON"
-  "$PYTHON" -m venv "$VENV"
-fi
+prepare_venv
 PIP=("$VENV/bin/python" -m pip)
 "${PIP[@]}" install -q --upgrade "pip>=23" "setuptools>=65" wheel
 remove_other_flavour
 
-EXTRAS="$FLAVOR,test"
-[ "$WITH_ORACLES" = 1 ] && EXTRAS="$EXTRAS,oracles"
 log "installing the package with extras [$EXTRAS]"
 "${PIP[@]}" install -q -e "$ROOT[$EXTRAS]"
 

@@ -1,8 +1,175 @@
-# What Horovod's build needs, checked by scripts/install.sh before anything is downloaded or
-# installed (a build that fails on them fails late otherwise, after tensorflow[and-cuda]'s 3 GB):
-# the CUDA toolkit (gpu), whether its nvcc takes the host compiler the build gives it, cmake.
-# Sourced, not run: it uses install.sh's die, BUILD_PATH, HOROVOD_VERSION and TF_VERSION, and
-# each check sets variables (TOOLKIT_*, HOST_CXX*, HOST_LINE, CMAKE_LINE) or fails in one line.
+# What scripts/install.sh checks before anything is downloaded or installed: a Python 3.11
+# (fetched with uv where the machine has none), whether an installed environment still runs
+# what its stamp says, and what Horovod's build needs (a build that fails on them fails late
+# otherwise, after tensorflow[and-cuda]'s 3 GB): the CUDA toolkit (gpu), whether its nvcc takes
+# the host compiler the build gives it, cmake.
+# Sourced, not run: it uses install.sh's die, log, CACHE, ROOT, VENV, BUILD_PATH,
+# HOROVOD_VERSION and TF_VERSION, and each check sets variables (PYTHON, TOOLKIT_*, HOST_CXX*,
+# HOST_LINE, CMAKE_LINE) or fails in one line.
+
+# --------------------------------------------------------------------------- Python 3.11
+
+PYTHON_ADVICE="install Python 3.11 (pyenv install 3.11; Ubuntu: the deadsnakes PPA's python3.11\
+ and python3.11-venv; or uv: 'uv python install 3.11') or set PYTHON=/path/to/python3.11, and rerun"
+
+is_python311() {
+  "$1" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)' >/dev/null 2>&1
+}
+
+# The first and the last line of a tool's error output, as one phrase.
+error_gist() {
+  local first last
+  first=$(grep -v '^[[:space:]]*$' <<< "$1" | head -n 1 | sed 's/^[[:space:]]*//') || true
+  last=$(grep -v '^[[:space:]]*$' <<< "$1" | tail -n 1 | sed 's/^[[:space:]]*//') || true
+  if [ "$first" = "$last" ]; then echo "$first"; else echo "$first ... $last"; fi
+}
+
+# The Python the venv is made with: $PYTHON (checked), else python3.11 or a python3 that is 3.11
+# on PATH, else one uv fetches (Ubuntu 24.04 and Debian 13 ship 3.12 and 3.13 only, and
+# TensorFlow 2.15.1 has no wheel for them). uv is the one on PATH, or one this script installs
+# from PyPI into $CACHE/uv with any python3 that makes venvs; the Python it fetches (from
+# python-build-standalone's releases, or $UV_PYTHON_INSTALL_MIRROR) stays in $CACHE/python
+# ($UV_PYTHON_INSTALL_DIR), so a rerun finds it without fetching. Sets PYTHON or fails in one line.
+find_python311() {
+  local candidate
+  if [ -n "${PYTHON:-}" ]; then
+    is_python311 "$PYTHON" || die "PYTHON=$PYTHON is not a Python 3.11 that runs: $PYTHON_ADVICE"
+    return 0
+  fi
+  for candidate in python3.11 python3; do
+    if command -v "$candidate" >/dev/null 2>&1 && is_python311 "$candidate"; then
+      # The interpreter itself, not the name: with the venv active, python3.11 on PATH is the
+      # venv's own link (which a repair replaces), and a pyenv shim may change its mind.
+      PYTHON=$("$candidate" -c 'import sys; print(getattr(sys, "_base_executable", "") or sys.executable)')
+      return 0
+    fi
+  done
+  python_from_uv
+}
+
+python_from_uv() {
+  local uv boot output found
+  export UV_PYTHON_INSTALL_DIR="${UV_PYTHON_INSTALL_DIR:-$CACHE/python}"
+  uv=$(command -v uv 2>/dev/null) || uv=""
+  if [ -z "$uv" ] && [ -x "$CACHE/uv/bin/uv" ]; then uv="$CACHE/uv/bin/uv"; fi
+  if [ -z "$uv" ]; then
+    boot=$(command -v python3 2>/dev/null) || boot=""
+    [ -n "$boot" ] || die "no Python 3.11 (no python3.11 on PATH, no python3 at all) and no uv to" \
+      "fetch one with: $PYTHON_ADVICE"
+    log "no Python 3.11 on PATH ($boot is $("$boot" -c 'import sys; print("%d.%d" % sys.version_info[:2])' \
+        2>/dev/null || echo "of unknown version")): installing uv from PyPI into $CACHE/uv to fetch one"
+    if ! output=$( { "$boot" -m venv "$CACHE/uv" && "$CACHE/uv/bin/python" -m pip install -q uv; } 2>&1 ); then
+      rm -rf "$CACHE/uv"
+      die "no Python 3.11 on PATH, and uv could not be installed to fetch one ($boot -m venv, then" \
+        "pip install uv: $(error_gist "$output")): $PYTHON_ADVICE (or apt-get install python3-venv," \
+        "which lets this script install uv)"
+    fi
+    uv="$CACHE/uv/bin/uv"
+  fi
+  found=$("$uv" python find 3.11 2>/dev/null) || found=""
+  if [ -z "$found" ]; then
+    log "fetching Python 3.11 with uv ($uv python install 3.11, into $UV_PYTHON_INSTALL_DIR)"
+    output=$("$uv" python install 3.11 2>&1) ||
+      die "no Python 3.11 on PATH, and '$uv python install 3.11' could not fetch one" \
+        "($(error_gist "$output")): $PYTHON_ADVICE"
+    found=$("$uv" python find 3.11 2>/dev/null) || found=""
+  fi
+  [ -n "$found" ] && is_python311 "$found" ||
+    die "'$uv python find 3.11' names no Python 3.11 that runs (${found:-nothing}): $PYTHON_ADVICE"
+  PYTHON=$found
+  log "Python 3.11: $PYTHON (found or fetched by uv)"
+}
+
+# --------------------------------------------------------------------------- the environment
+
+# What keeps the venv at $VENV from running what its stamp says was installed, in a phrase, or
+# nothing: its python does not start or is another version ($1, e.g. cp311), bert-tf is not
+# the editable install of this checkout, or a requirement of bert-tf[$2] (Horovod too when $3 is
+# 1) is missing or at a version outside its range. Reads the packages' metadata only (a tenth of
+# a second; importing TensorFlow would take seconds on every run of demo.sh).
+venv_problem() {
+  local output
+  [ -e "$VENV/bin/python" ] || { echo "$VENV/bin/python is missing"; return 0; }
+  output=$("$VENV/bin/python" -I - "$ROOT" "$1" "$2" "$3" 2>&1 <<'PY'
+"""Prints what the venv lacks of what the install put there; nothing when it has it all."""
+import importlib.metadata as metadata
+import json
+import os
+import sys
+from urllib.parse import unquote, urlparse
+
+root, tag, extras, with_horovod = sys.argv[1], sys.argv[2], sys.argv[3].split(","), sys.argv[4]
+here = "cp%d%d" % sys.version_info[:2]
+if here != tag:
+    sys.exit(f"its python is {here}, not {tag}")
+try:
+    from packaging.requirements import Requirement
+except ImportError:
+    from pip._vendor.packaging.requirements import Requirement
+try:
+    dist = metadata.distribution("bert-tf")
+except metadata.PackageNotFoundError:
+    sys.exit("bert-tf is not installed in it")
+url = json.loads(dist.read_text("direct_url.json") or "{}").get("url", "")
+source = unquote(urlparse(url).path) if url.startswith("file:") else url
+if not source or os.path.realpath(source) != os.path.realpath(root):
+    sys.exit(f"its bert-tf is installed from {source or 'an unknown place'}, not {root}")
+problems = []
+requirements = [Requirement(line) for line in dist.requires or []]
+if with_horovod == "1":
+    requirements.append(Requirement("horovod"))
+for requirement in requirements:
+    if requirement.marker and not any(requirement.marker.evaluate({"extra": extra})
+                                      for extra in extras + [""]):
+        continue
+    try:
+        version = metadata.version(requirement.name)
+    except metadata.PackageNotFoundError:
+        problems.append(f"{requirement.name} is not installed")
+        continue
+    if not requirement.specifier.contains(version, prereleases=True):
+        problems.append(f"{requirement.name} is {version}, not {requirement.specifier}")
+if problems:
+    sys.exit(", ".join(problems[:3]) + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""))
+PY
+  ) && return 0
+  [ -n "$output" ] || output="$VENV/bin/python does not run"
+  case "$output" in
+    *Traceback*|*"No such file"*|*"not found"*|*"cannot execute"*)
+      output="$VENV/bin/python does not run ($(error_gist "$output"))" ;;
+  esac
+  echo "$output"
+}
+
+# Makes $VENV a venv of $PYTHON that runs: creates it; a venv whose python no longer starts (its
+# interpreter moved or removed) gets new python links and keeps its packages; a venv of another
+# Python version is made again (--clear: its packages are for that version). A folder that is
+# not a venv is refused.
+prepare_venv() {
+  local tag
+  if [ -e "$VENV" ] && [ ! -f "$VENV/pyvenv.cfg" ] && [ -n "$(ls -A "$VENV" 2>/dev/null)" ]; then
+    die "$VENV exists and is not a virtual environment (no pyvenv.cfg): remove it, or set" \
+      "BERT_VENV to another folder"
+  fi
+  if [ ! -f "$VENV/pyvenv.cfg" ]; then
+    log "creating virtual environment $VENV with $PYTHON"
+    "$PYTHON" -m venv "$VENV"
+    return 0
+  fi
+  tag=$("$VENV/bin/python" -c 'import sys; print("cp%d%d" % sys.version_info[:2])' 2>/dev/null) || tag=""
+  if [ -z "$tag" ]; then
+    log "the python of $VENV does not run: linking it to $PYTHON again (its packages are kept)"
+    rm -f "$VENV/bin/python" "$VENV/bin/python3" "$VENV"/bin/python3.[0-9]*
+    "$PYTHON" -m venv "$VENV"
+  elif [ "$tag" != "$PY_TAG" ]; then
+    log "$VENV is a $tag environment, not $PY_TAG: making it again with $PYTHON (venv --clear)"
+    "$PYTHON" -m venv --clear "$VENV"
+  fi
+  "$VENV/bin/python" -c '' >/dev/null 2>&1 ||
+    die "the python of $VENV does not run even after '$PYTHON -m venv $VENV': remove $VENV and rerun"
+}
+
+# --------------------------------------------------------------------------- the GPU build
 
 CUDA_ADVICE="load a CUDA 12 toolkit (e.g. 'module load cuda/12.2') or set CUDA_HOME to one,\
  build the Dockerfile's image, or install the CPU build with BERT_TF_FLAVOR=cpu"

@@ -58,6 +58,14 @@ class DaskCluster:
         process.wait(timeout=30)
         self.workers -= lost_workers
 
+    def kill_scheduler(self):
+        """kill -9 of the scheduler; this harness's own client is closed first (it would
+        try to reconnect, and log, until its timeout)."""
+        self.client.close()
+        self.client = None
+        self.processes[0].kill()
+        self.processes[0].wait(timeout=30)
+
     @property
     def address(self):
         with open(self.scheduler_file, encoding="utf-8") as f:
@@ -79,7 +87,8 @@ class DaskCluster:
                 if str(r["key"]).startswith("format_part-")]
 
     def close(self):
-        self.client.close()
+        if self.client is not None:
+            self.client.close()
         for process in reversed(self.processes):
             if process.poll() is None:
                 process.terminate()

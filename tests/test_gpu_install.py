@@ -205,10 +205,14 @@ def test_toolkit_lookup_order(tmp_path, lib):
 
 
 def fake_venv(tmp_path):
-    """A venv whose pip does nothing and whose Horovod does not load (no horovodrun either)."""
+    """A venv whose pip does nothing and whose Horovod does not load (no horovodrun either);
+    its python runs (install.sh asks it its version and whether it starts)."""
     bin_dir = tmp_path / "venv" / "bin"
     bin_dir.mkdir(parents=True)
+    (tmp_path / "venv" / "pyvenv.cfg").write_text(f"home = {os.path.dirname(sys.executable)}\n")
     (bin_dir / "python").write_text('#!/bin/sh\n[ "$1 $2" = "-m pip" ] && exit 0\n'
+                                    'case "$1 $2" in "-c "*version_info*|"-c ") '
+                                    f'exec {sys.executable} "$@" ;; esac\n'
                                     'echo "ImportError: no Horovod here" >&2\nexit 1\n')
     (bin_dir / "python").chmod(0o755)
 

@@ -199,3 +199,85 @@ def test_a_bad_scheduler_or_both_flags_are_one_line(tmp_path):
     assert_clean_error(missing, "--dask_scheduler", "no such scheduler file")
     both = run_bertprep(common + ["--dask_scheduler", "tcp://127.0.0.1:9", "--hosts", "a"])
     assert_clean_error(both, "--hosts", "not both")
+
+
+def test_a_scheduler_file_that_is_not_one_is_one_line_naming_it(tmp_path):
+    """Garbage, or an "address" that is no string, in the file --dask_scheduler names: one line
+    naming the file and what is wrong (distributed's Client raised an AssertionError or a
+    TypeError ~60 lines down). The other shapes of a wrong file, read in this process."""
+    common = ["--working_dir", str(tmp_path / "wd"), "--action", "sharding", "--dataset",
+              "custom", "--input", str(tmp_path / "corpus.txt")]
+    (tmp_path / "corpus.txt").write_text("One document. Two sentences.\n" * 4)
+    garbage = tmp_path / "garbage.json"
+    garbage.write_text("garbage{\n")
+    proc = run_bertprep(common + ["--dask_scheduler", str(garbage)])
+    line = assert_clean_error(proc, "--dask_scheduler", str(garbage),
+                              "is not a Dask scheduler file (not JSON", "--scheduler-file")
+    assert proc.stderr.strip() == line
+    number = tmp_path / "number.json"
+    number.write_text('{"type": "Scheduler", "address": 8786}')
+    proc = run_bertprep(common + ["--dask_scheduler", str(number)])
+    assert_clean_error(proc, str(number), 'its "address" is 8786, not a string')
+    assert not os.path.exists(tmp_path / "wd" / "sharded_training_shards_256_test_shards_256"
+                                              "_fraction_0.1")
+
+    from data_prep.errors import DataPrepError
+    from data_prep.processes.cluster import read_scheduler_file
+
+    def problem(text):
+        path = tmp_path / "file.json"
+        path.write_bytes(text)
+        with pytest.raises(DataPrepError) as caught:
+            read_scheduler_file(str(path), attempts=2, wait_s=0.01)
+        return caught.value.problem
+
+    assert "(empty)" in problem(b"")
+    assert "(not text)" in problem(b"\xff\xfe\x00")
+    assert "(holds a list, not an object" in problem(b'["tcp://127.0.0.1:8786"]')
+    assert '(has no "address")' in problem(b'{"id": "Scheduler-1"}')
+    assert '(its "address" is null' in problem(b'{"address": null}')
+    assert '(its "address" is ""' in problem(b'{"address": ""}')
+    good = tmp_path / "good.json"
+    good.write_text('{"type": "Scheduler", "address": "tcp://127.0.0.1:8786"}')
+    assert read_scheduler_file(str(good)) == "tcp://127.0.0.1:8786"
+
+
+@pytest.mark.faults
+def test_a_scheduler_that_dies_mid_run_is_one_line_and_a_rerun_resumes(reference, formatted,
+                                                                       minilm_vocab, dask,
+                                                                       tmp_path):
+    """The scheduler is killed (kill -9) while its only worker writes the 2nd of 5 shards: one
+    line naming the scheduler's address, saying it stopped answering, how many jobs had
+    finished and that a rerun resumes (before: 48 lines, one per job, blaming "a Dask worker",
+    and Dask's reconnection tracebacks). The rerun, on this machine's processes, keeps the
+    finished shard and ends with one process's bytes."""
+    wd = copy_working_dir(formatted, str(tmp_path / "wd"))
+    marker = tmp_path / "paused"
+    paused = dask.add_workers(1, nanny=False, env={"BERT_PAUSE_AT": "shard_opened:2",
+                                                   "BERT_PAUSE_MARKER": str(marker)})
+    address = dask.address
+    run = subprocess.Popen(
+        [sys.executable, os.path.join(REPO, "bertPrep.py"), "--working_dir", wd,
+         "--action", "sharding", "--vocab_file", minilm_vocab, *SHARD_FLAGS,
+         "--dask_scheduler", dask.scheduler_file],
+        cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(marker, run)
+        dask.kill_scheduler()
+        out, err = run.communicate(timeout=300)
+    finally:
+        kill_tree(run)
+        dask.kill(paused, lost_workers=1)  # paused for good: it would not end on SIGTERM
+    proc = subprocess.CompletedProcess(run.args, run.returncode, out, err)
+    line = assert_clean_error(proc, "--dask_scheduler", f"the Dask scheduler at {address} "
+                              "stopped answering (1 of 5 jobs of this step", "rerun the same "
+                              "command", "already written are kept")
+    assert err.strip() == line, err
+    assert not [n for n in os.listdir(os.path.join(wd, SHARDS)) if not n.startswith(".")]
+
+    rerun = bertprep(wd, "sharding", minilm_vocab, "--n_processes", "1")
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert "1 of 5 shards kept" in rerun.stdout, rerun.stdout
+    assert {path: digest for path, digest in outputs(wd).items() if path.startswith(SHARDS)} \
+        == {path: digest for path, digest in reference.items() if path.startswith(SHARDS)}

@@ -24,11 +24,22 @@ Jobs are module-level functions called with one tuple of arguments; results come
 jobs finish (any order). A job's exception comes back with its job; a job whose workers died
 ``distributed.scheduler.allowed-failures`` + 1 times (3 by default) comes back as a
 ``DataPrepError`` naming the job.
+
+A scheduler file that is not one (not JSON, no ``"address"`` string) is one ``DataPrepError``
+naming the file and what is wrong, before anything connects. A scheduler that stops answering
+mid-run (killed, its node lost) ends the step with one ``DataPrepError`` naming its address
+and how many of the step's jobs had finished, not one error per job blaming a worker; the
+stages keep the parts their finished jobs wrote (``staging``: shards and formatted parts; the
+record files are written whole), so a rerun of the same command resumes. Dask's own log lines
+about the lost connection (tracebacks of its reconnection attempts) are silenced then: they
+would bury that line.
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
+import logging
 import os
 import shlex
 import socket
@@ -44,6 +55,11 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 # How long to wait for a scheduler to answer, and for the workers to come up.
 CONNECT_TIMEOUT_S = float(os.environ.get("BERT_PREP_CONNECT_TIMEOUT", "30"))
 WORKERS_TIMEOUT_S = float(os.environ.get("BERT_PREP_WORKERS_TIMEOUT", "120"))
+# The reason distributed's Client gives the futures it cancels when its scheduler connection
+# closes (distributed/client.py, Client._reconnect).
+SCHEDULER_LOST = "scheduler-connection-lost"
+_SCHEDULER_FILE_HELP = ("give the file `dask scheduler --scheduler-file FILE` writes, or the "
+                        "scheduler's address such as tcp://host:8786")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,6 +134,55 @@ class LocalRunner:
 
 # --------------------------------------------------------------------------- Dask
 
+_JSON_KINDS = {dict: "an object", list: "a list", str: "a string", int: "a number",
+               float: "a number", bool: "true/false", type(None): "null"}
+
+
+def read_scheduler_file(path: str, attempts: int = 10, wait_s: float = 0.1) -> str:
+    """The address in the scheduler file `path` (``{"address": "tcp://host:port", ...}``, as
+    ``dask scheduler --scheduler-file`` writes it); a ``DataPrepError`` naming the file and what
+    is wrong otherwise. An empty or cut-off file is read again for up to attempts x wait_s
+    (a scheduler may be writing it, as distributed's Client allows for)."""
+    for attempt in range(attempts):
+        try:
+            with open(path, "rb") as f:
+                raw = f.read()
+        except OSError as e:
+            raise DataPrepError("--dask_scheduler", f"{path}: cannot read the scheduler file: "
+                                                    f"{e.strerror or e}") from None
+        try:
+            value = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            problem = ("empty" if not raw.strip() else "not text" if isinstance(
+                e, UnicodeDecodeError) else f"not JSON ({str(e).splitlines()[0]})")
+            if attempt + 1 < attempts:
+                time.sleep(wait_s)
+                continue
+            break
+        if not isinstance(value, dict):
+            problem = f"holds {_JSON_KINDS.get(type(value), 'JSON')}, not an object with an \"address\""
+        elif "address" not in value:
+            problem = "has no \"address\""
+        elif not isinstance(value["address"], str) or not value["address"].strip():
+            shown = json.dumps(value["address"])
+            problem = (f"its \"address\" is {shown[:60]}, not a string such as "
+                       f"tcp://host:8786")
+        else:
+            return value["address"].strip()
+        break
+    raise DataPrepError("--dask_scheduler", f"{path} is not a Dask scheduler file ({problem}): "
+                                            f"{_SCHEDULER_FILE_HELP}")
+
+
+def _silence_dask_logs() -> None:
+    """No more of distributed's log lines in this process: once its scheduler is gone, the
+    Client logs a traceback for each reconnection attempt and again when it closes."""
+    names = ["distributed"] + [name for name in logging.root.manager.loggerDict
+                               if name.startswith("distributed.")]
+    for name in names:
+        logging.getLogger(name).disabled = True
+
+
 def _worker_sees(path: str) -> Tuple[str, bool]:
     return socket.gethostname(), os.path.exists(path)
 
@@ -145,6 +210,11 @@ class DaskRunner:
         self.cluster = None
         self.ssh_workers: List[Tuple[str, subprocess.Popen]] = []
         self.workers = 0
+        self.address = ""             # the scheduler's, once known
+
+    @property
+    def _flag(self) -> str:
+        return "--hosts" if self.options.hosts else "--dask_scheduler"
 
     # -- start and stop
     def __enter__(self):
@@ -163,6 +233,15 @@ class DaskRunner:
             if self.initializer is not None:
                 self.client.register_plugin(_setup_plugin(self.initializer),
                                             name=f"bertprep-setup-{self.initializer.__name__}")
+        except DataPrepError:
+            self.__exit__(None, None, None)
+            raise
+        except Exception as e:
+            lost = self._scheduler_lost(e)
+            self.__exit__(None, None, None)
+            if lost:
+                raise self._lost_error("", 0, 0) from None
+            raise
         except BaseException:
             self.__exit__(None, None, None)
             raise
@@ -186,18 +265,19 @@ class DaskRunner:
 
     def _connect(self, target: str) -> None:
         from distributed import Client
-        kind = "scheduler file" if os.path.isfile(target) else "address"
-        if kind == "address" and "://" not in target and ":" not in target:
+        if os.path.isfile(target):
+            self.address = read_scheduler_file(target)
+            where = f"address {self.address} (from the scheduler file {target})"
+        elif "://" not in target and ":" not in target:
             raise DataPrepError("--dask_scheduler", f"{target}: no such scheduler file (and "
                                                     f"not an address such as tcp://host:8786)")
+        else:
+            self.address, where = target, f"address {target}"
         try:
-            if kind == "scheduler file":
-                self.client = Client(scheduler_file=target, timeout=f"{CONNECT_TIMEOUT_S}s")
-            else:
-                self.client = Client(target, timeout=f"{CONNECT_TIMEOUT_S}s")
+            self.client = Client(self.address, timeout=f"{CONNECT_TIMEOUT_S}s")
         except (OSError, TimeoutError, ValueError) as e:
-            raise DataPrepError("--dask_scheduler", f"no Dask scheduler answers at the {kind} "
-                                                    f"{target} ({type(e).__name__}: "
+            raise DataPrepError("--dask_scheduler", f"no Dask scheduler answers at the {where} "
+                                                    f"({type(e).__name__}: "
                                                     f"{str(e).splitlines()[0] if str(e) else ''})"
                                 ) from None
         self.workers = self._wait_for_workers(1, target)
@@ -211,10 +291,9 @@ class DaskRunner:
             dead = [f"{host}: {self._ssh_error(process)}" for host, process in self.ssh_workers
                     if process.poll() is not None]
             if dead or time.monotonic() > deadline:
-                flag = "--hosts" if self.options.hosts else "--dask_scheduler"
                 why = "; ".join(dead) or (f"{count} of {expected} workers after "
                                           f"{WORKERS_TIMEOUT_S:.0f} s")
-                raise DataPrepError(flag, f"the Dask workers of {where} did not start ({why})")
+                raise DataPrepError(self._flag, f"the Dask workers of {where} did not start ({why})")
             time.sleep(0.5)
 
     @staticmethod
@@ -235,6 +314,7 @@ class DaskRunner:
                                     scheduler_kwargs={"dashboard_address": ":0"})
         port = self.cluster.scheduler.port
         address = f"tcp://{_route_to(hosts[0][0])}:{port}"
+        self.address = address
         self.client = Client(self.cluster)
         # SSH_PORT: the hosts' sshd port, as scripts/run.sub passes it to horovodrun -p.
         port_of_sshd = os.environ.get("SSH_PORT", "").strip()
@@ -269,6 +349,26 @@ class DaskRunner:
                                                  f"{', '.join(blind)} (every host needs the "
                                                  f"working dir at the same path: NFS, Lustre...)")
 
+    # -- a scheduler that stops answering
+    def _scheduler_lost(self, error: BaseException) -> bool:
+        """Whether `error` (from a job's future or a call to the scheduler) means the
+        scheduler is gone rather than the job failing: the Client cancelled the futures for a
+        lost connection, or it is no longer connected."""
+        if getattr(error, "reason", None) == SCHEDULER_LOST:
+            return True
+        return self.client is not None and self.client.status != "running"
+
+    def _lost_error(self, step: str, done: int, total: int) -> DataPrepError:
+        _silence_dask_logs()
+        where = self.address or self.options.dask_scheduler
+        finished = (f"{done} of {total} jobs of this step ({step}) had finished"
+                    if total else "before any job ran")
+        return DataPrepError(self._flag, f"the Dask scheduler at {where} stopped answering "
+                                         f"({finished}): rerun the same command once a "
+                                         f"scheduler runs (or with --n_processes instead of "
+                                         f"{self._flag}); the parts already written are kept "
+                                         f"and only the rest is done")
+
     # -- jobs
     def run(self, function: Callable, jobs: Sequence[tuple], names: Sequence[str]
             ) -> Iterator[Tuple[str, object, Optional[BaseException]]]:
@@ -280,6 +380,7 @@ class DaskRunner:
             future = self.client.submit(function, *job, pure=False,
                                         key=f"{function.__name__}-{name}-{os.urandom(4).hex()}")
             futures[future] = name
+        done = 0
         try:
             for future in as_completed(futures):
                 name = futures[future]
@@ -294,11 +395,20 @@ class DaskRunner:
                     yield name, None, e
                     continue
                 except Exception as e:  # noqa: BLE001 - a worker's environment, not our input
+                    if self._scheduler_lost(e):
+                        raise self._lost_error(function.__name__, done, len(futures)) from None
                     first = str(e).splitlines()[0] if str(e) else ""
                     yield name, None, DataPrepError(name, f"failed on a Dask worker: "
                                                           f"{type(e).__name__}: {first}")
                     continue
+                done += 1
                 yield name, result, None
+        except DataPrepError:
+            raise
+        except Exception as e:  # as_completed itself, when the connection goes
+            if self._scheduler_lost(e):
+                raise self._lost_error(function.__name__, done, len(futures)) from None
+            raise
         finally:
             for future in futures:
                 future.cancel()
