@@ -103,7 +103,6 @@ def test_without_python_3_11_uv_is_fetched_and_its_failure_is_one_line(tmp_path)
         pytest.skip(f"uv could not be installed from PyPI here: {line}")
     assert f"installing uv from PyPI into {tmp_path / 'cache' / 'uv'}" in result.stdout
     assert "uv python install 3.11' could not fetch one (error: " in line, line
-    assert str(mirror) in line  # uv's own reason: the mirror lacks the file
     assert os.access(tmp_path / "cache" / "uv" / "bin" / "uv", os.X_OK)
 
 
