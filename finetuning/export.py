@@ -1,16 +1,19 @@
 """SavedModel export for serving, and the Triton Inference Server model-repository layout.
 
 The SavedModel's `serving_default` signature takes `input_ids`, `input_mask`, `segment_ids`
-(int32, [batch, max_seq_length]) plus the task's extra inputs (`unique_ids` for SQuAD) and
-returns the task's outputs (start/end logits, class probabilities or a regression score).
-It loads with `tf.saved_model.load`, runs with `saved_model_cli run`, and serves from
-TensorFlow Serving or Triton (`platform: "tensorflow_savedmodel"`).
+(int32, [batch, length], any length up to max_seq_length) plus the task's extra inputs
+(`unique_ids` for SQuAD) and returns the task's outputs (start/end logits, class probabilities
+or a regression score); `serving_fixed_length` is the same at exactly max_seq_length, for
+Triton's dynamic batcher (`finetuning.serving_graph` says why both). It loads with
+`tf.saved_model.load`, runs with `saved_model_cli run`, and serves from TensorFlow Serving or
+Triton (`platform: "tensorflow_savedmodel"`).
 """
 import dataclasses
 import json
 import os
 import shutil
 import tempfile
+import time
 
 import tensorflow as tf
 from absl import logging
@@ -18,21 +21,11 @@ from absl import logging
 from modeling.checkpoints import (CheckpointError, checkpoint_variables,
                                   first_non_finite_variable, is_model_variable)
 from resilience.disk_space import DiskFullError, disk_full_cause, free_bytes, shortage
+from finetuning.serving_graph import (FIXED_LENGTH_SIGNATURE, SEQUENCE_INPUTS,
+                                      build_serving_graph)
 from resilience.failures import op_error_summary
 
 tf1 = tf.compat.v1
-
-SEQUENCE_INPUTS = ("input_ids", "input_mask", "segment_ids")
-
-
-def serving_input_receiver_fn(task, max_seq_length):
-    def receiver_fn():
-        features = {name: tf1.placeholder(tf.int32, [None, max_seq_length], name=name)
-                    for name in SEQUENCE_INPUTS}
-        for name in task.extra_serving_inputs:
-            features[name] = tf1.placeholder(tf.int32, [None], name=name)
-        return tf.estimator.export.ServingInputReceiver(features, features)
-    return receiver_fn
 
 
 TASK_FILE = "bert_task.json"
@@ -94,10 +87,7 @@ def _write_saved_model(estimator, task, export_dir, max_seq_length, checkpoint_p
         if vocab_file:
             assets[VOCAB_FILE] = vocab_file
         try:
-            path = estimator.export_saved_model(export_dir,
-                                                serving_input_receiver_fn(task, max_seq_length),
-                                                assets_extra=assets,
-                                                checkpoint_path=checkpoint_path)
+            path = _save(estimator, task, export_dir, max_seq_length, checkpoint_path, assets)
         except (tf.errors.OpError, OSError) as err:
             cause = disk_full_cause(err)
             if cause is not None:
@@ -107,7 +97,34 @@ def _write_saved_model(estimator, task, export_dir, max_seq_length, checkpoint_p
                 raise
             raise RuntimeError(f"{export_dir}: export of {checkpoint_path} failed: "
                                f"{op_error_summary(err)}") from None
-    return path.decode() if isinstance(path, bytes) else path
+    return path
+
+
+def _save(estimator, task, export_dir, max_seq_length, checkpoint_path, assets):
+    """`export_dir/<unix time>/`: the serving graph (`finetuning.serving_graph`) with the
+    checkpoint's weights and the `assets` files in `assets.extra/`, written as
+    `temp-<time>/` and renamed when whole, as the Estimator's own export does."""
+    stamp = int(time.time())
+    while tf.io.gfile.exists(os.path.join(export_dir, str(stamp))):
+        stamp += 1
+    temporary = os.path.join(export_dir, f"temp-{stamp}")
+    with tf.Graph().as_default():
+        signatures = build_serving_graph(estimator.model_fn, estimator.config, task,
+                                         max_seq_length)
+        with tf1.Session() as session:
+            tf1.train.Saver().restore(session, checkpoint_path)
+            builder = tf1.saved_model.Builder(temporary)
+            builder.add_meta_graph_and_variables(session, [tf1.saved_model.SERVING],
+                                                 signature_def_map=signatures,
+                                                 strip_default_attrs=True)
+            builder.save()
+    extra = os.path.join(temporary, "assets.extra")
+    tf.io.gfile.makedirs(extra)
+    for name, source in assets.items():
+        tf.io.gfile.copy(source, os.path.join(extra, name), overwrite=True)
+    final = os.path.join(export_dir, str(stamp))
+    tf.io.gfile.rename(temporary, final)
+    return final
 
 
 def remove_temp_exports(export_dir):
@@ -129,13 +146,11 @@ def serving_graph(estimator, task, max_seq_length):
     """({variable name: (trainable, bytes)}, bytes of the graph) of the graph the Estimator
     restores for export: what the check below asks for, and about what the export writes.
 
-    Built the way the Estimator builds it (global step, serving inputs, PREDICT `model_fn`)
-    in a scratch graph, so the check below asks exactly what the export's restore will.
+    Built as the export builds it (`finetuning.serving_graph`) in a scratch graph, so the
+    check below asks exactly what the export's restore will.
     """
     with tf.Graph().as_default() as graph:
-        tf1.train.get_or_create_global_step()
-        features = serving_input_receiver_fn(task, max_seq_length)().features
-        estimator.model_fn(features, None, tf.estimator.ModeKeys.PREDICT, estimator.config)
+        build_serving_graph(estimator.model_fn, estimator.config, task, max_seq_length)
         trainable = {v.op.name for v in tf1.trainable_variables()}
         variables = {v.op.name: (v.op.name in trainable,
                                  v.shape.num_elements() * v.dtype.base_dtype.size)
@@ -285,6 +300,9 @@ def triton_config(model, task, max_seq_length):
         text += ("optimization {\n  execution_accelerators {\n    gpu_execution_accelerator"
                  ' : [ { name : "auto_mixed_precision" } ]\n  }\n}\n')
     text += "input [\n" + ",\n".join(inputs) + "\n]\noutput [\n" + ",\n".join(outputs) + "\n]\n"
+    # the signature of one shape: Triton's dynamic batcher joins requests of one shape only
+    text += ('parameters: {\n  key: "TF_SIGNATURE_DEF"\n  value: { string_value: '
+             f'"{FIXED_LENGTH_SIGNATURE}" }}\n}}\n')
     if model.batching_delay_ms > 0:
         preferred = sorted({max(1, model.max_batch_size // 2), model.max_batch_size})
         text += (f"dynamic_batching {{\n  preferred_batch_size: [ "

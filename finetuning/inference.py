@@ -2,6 +2,12 @@
 
 The same task objects that trained the model turn raw text into features and outputs back
 into answers, so serving and evaluation can never disagree on pre- or post-processing.
+
+Requests cost what they hold: the runners take a batch at its own length (the SavedModel's
+`serving_default` accepts any length, `finetuning.serving_graph`), `run_in_batches` pads each
+batch only to its longest request, and batches requests of similar lengths together (in
+order of length; answers come back in the order asked). A SavedModel exported before that
+(a fixed-length `serving_default`) is fed at its one length, as then.
 """
 import collections
 import json
@@ -56,6 +62,9 @@ class SavedModelRunner:
         except (tf.errors.OpError, OSError, ValueError, DecodeError) as err:
             raise CheckpointError(f"{path}: damaged or not a SavedModel "
                                   f"({err.__class__.__name__})") from None
+        spec = self._signature.structured_input_signature[1]["input_ids"]
+        # the one length an older export takes, None when any length goes
+        self.fixed_length = spec.shape[1]
 
     def __call__(self, inputs):
         outputs = self._signature(**{k: tf.constant(v, tf.int32) for k, v in inputs.items()})
@@ -67,10 +76,12 @@ class CheckpointRunner:
     `check_checkpoint_serves` found all of the graph's variables there and finite (`name`:
     the checkpoint's prefix)."""
 
+    fixed_length = None  # any length (at most the model's max_seq_length)
+
     def __init__(self, task, config, checkpoint, max_seq_length, compute_type="float32"):
         self._graph = tf.Graph()
         with self._graph.as_default():
-            self._inputs = {name: tf1.placeholder(tf.int32, [None, max_seq_length], name)
+            self._inputs = {name: tf1.placeholder(tf.int32, [None, None], name)
                             for name in SEQUENCE_INPUTS}
             for name in task.extra_serving_inputs:
                 self._inputs[name] = tf1.placeholder(tf.int32, [None], name)
@@ -114,15 +125,28 @@ class NonFiniteOutputError(ValueError):
 _FEATURE_ATTRIBUTE = {"unique_ids": "unique_id"}
 
 
+def request_length(feature):
+    """The tokens a feature holds ([CLS] ... [SEP], without padding)."""
+    return max(1, int(np.count_nonzero(feature.input_mask)))
+
+
 def run_in_batches(runner, features, extra_inputs=(), batch_size=32):
     """Runs `features` (objects with input_ids/input_mask/segment_ids) through `runner`;
-    returns one dict of numpy arrays per feature. Raises NonFiniteOutputError for the first
-    feature with a NaN or infinite output (its query: the feature's `example_index`, SQuAD's
-    windows, or its position)."""
-    results = []
-    for start in range(0, len(features), batch_size):
-        batch = features[start:start + batch_size]
-        inputs = {name: np.array([getattr(f, name) for f in batch], np.int32)
+    returns one dict of numpy arrays per feature, in their order. Where the runner takes any
+    length (`runner.fixed_length` None), requests are batched in order of length and each
+    batch is cut to its longest request (outputs per position, SQuAD's logits, then hold that
+    many). Raises NonFiniteOutputError for the first feature with a NaN or infinite output
+    (its query: the feature's `example_index`, SQuAD's windows, or its position)."""
+    dynamic = getattr(runner, "fixed_length", None) is None
+    lengths = [request_length(f) for f in features] if dynamic else None
+    order = (sorted(range(len(features)), key=lengths.__getitem__) if dynamic
+             else list(range(len(features))))
+    results, broken = [None] * len(features), []
+    for start in range(0, len(order), batch_size):
+        chosen = order[start:start + batch_size]
+        batch = [features[i] for i in chosen]
+        cut = max(lengths[i] for i in chosen) if dynamic else None
+        inputs = {name: np.array([getattr(f, name)[:cut] for f in batch], np.int32)
                   for name in SEQUENCE_INPUTS}
         for name in extra_inputs:  # SQuAD's unique_ids
             inputs[name] = np.array([getattr(f, _FEATURE_ATTRIBUTE[name]) for f in batch],
@@ -130,10 +154,13 @@ def run_in_batches(runner, features, extra_inputs=(), batch_size=32):
         outputs = runner(inputs)
         for name, value in outputs.items():
             if np.issubdtype(value.dtype, np.floating) and not np.isfinite(value).all():
-                bad = int(np.flatnonzero(~np.isfinite(value.reshape(len(batch), -1)).all(1))[0])
-                raise NonFiniteOutputError(getattr(batch[bad], "example_index", start + bad),
-                                           name)
-        results.extend({k: v[i] for k, v in outputs.items()} for i in range(len(batch)))
+                bad = np.flatnonzero(~np.isfinite(value.reshape(len(batch), -1)).all(1))
+                broken.extend((chosen[position], name) for position in bad)
+        for position, index in enumerate(chosen):
+            results[index] = {k: v[position] for k, v in outputs.items()}
+    if broken:  # the first in the order asked, whichever batch found it
+        index, name = min(broken)
+        raise NonFiniteOutputError(getattr(features[index], "example_index", index), name)
     return results
 
 

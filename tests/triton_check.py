@@ -3,7 +3,8 @@
 config.pbtxt is parsed with the `model_config` protobuf that Triton's own Python client
 package ships (`tritonclient.grpc.model_config_pb2`), so a field Triton does not know, or a
 malformed value, fails here as it fails in the server. Then each input and output is compared
-with the SavedModel's `serving_default` signature as the backend does: same name, same type,
+with the SavedModel's signature the config names (`parameters` TF_SIGNATURE_DEF, Triton's
+TensorFlow backend's way to choose one; `serving_default` without it) as the backend does: same name, same type,
 and, with `max_batch_size` > 0, the signature's shape equal to [-1] followed by the config's
 `dims`, or by `reshape.shape` when a reshape is given (so a per-example scalar is dims [1]
 with `reshape: { shape: [ ] }`). Every signature input must be in the config (Triton feeds
@@ -29,11 +30,11 @@ def parse_config(path):
         return text_format.Parse(reader.read(), model_config_pb2.ModelConfig())
 
 
-def signature_tensors(saved_model):
-    """({input name: (dtype, shape)}, {output name: (dtype, shape)}) of serving_default, shapes
+def signature_tensors(saved_model, signature="serving_default"):
+    """({input name: (dtype, shape)}, {output name: (dtype, shape)}) of `signature`, shapes
     with -1 for unknown dimensions."""
     import tensorflow as tf
-    function = tf.saved_model.load(saved_model).signatures["serving_default"]
+    function = tf.saved_model.load(saved_model).signatures[signature]
     describe = lambda spec: (spec.dtype.name, [-1 if d is None else d  # noqa: E731
                                                for d in spec.shape.as_list()])
     inputs = {name: describe(spec) for name, spec in
@@ -50,7 +51,9 @@ def check_model(model_folder, version=1):
     assert os.path.isfile(os.path.join(saved_model, "saved_model.pb")), saved_model
     assert config.name == os.path.basename(model_folder.rstrip("/")), config.name
     assert config.platform == "tensorflow_savedmodel"
-    inputs, outputs = signature_tensors(saved_model)
+    chosen = config.parameters["TF_SIGNATURE_DEF"].string_value \
+        if "TF_SIGNATURE_DEF" in config.parameters else "serving_default"
+    inputs, outputs = signature_tensors(saved_model, chosen)
     assert {t.name for t in config.input} == set(inputs), (list(config.input), inputs)
     for kind, tensors, signature in (("input", config.input, inputs),
                                      ("output", config.output, outputs)):
