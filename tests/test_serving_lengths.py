@@ -3,7 +3,6 @@ max_seq_length, `serving_fixed_length` exactly max_seq_length (for Triton's dyna
 both from one set of weights, and a request's outputs do not depend on how far its batch is
 padded; `run_in_batches` batches requests by length, cuts each batch to its longest, and
 answers in the order asked (finetuning/serving_graph.py, finetuning/inference.py)."""
-import os
 import types
 
 import numpy as np
