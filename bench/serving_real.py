@@ -1,0 +1,186 @@
+"""Serving real requests: our exported SavedModel beside HuggingFace on PyTorch, on dev inputs.
+
+bench/serving.py times full-length batches of random ids; users serve sentences and questions
+of every length. Here the requests are real dev inputs in their order: the SST-2 dev sentences
+(../shared/data/glue/SST-2/dev.tsv, 872) for the classifier, the SQuAD v1.1 sample's questions
+with their paragraphs (../shared/data/squad/sample-v1.1.json, 1,057 questions, their 384-token
+windows) for SQuAD. Each side serves batches of 1, 8, 32 consecutive requests in its best
+ordinary practice (bench/serving_real_child.py): HuggingFace pads each batch to its longest
+request (dynamic padding), in torch's inference mode; ours as `inference.py` serves them (the
+SavedModel's `serving_default` at the batch's own length). Modes: `model` (token ids in,
+logits out: both sides get our tokenizer's ids), `text` (classifier, sentences in, labels out:
+each side's own tokenizer included). The models are bench/serving.py's (all-MiniLM-L6-v2
+fine-tuned one step, exported at seq 128 for the classifier, 384 for SQuAD). Fresh processes,
+the sides alternating in rounds, the first side swapped each round.
+
+    python bench/serving_real.py [--work_dir DIR] [--batches 1,8,32] [--rounds 2]
+        [--passes 1] [--configs classifier:model,classifier:text,squad:model] [--json FILE]
+
+Prints per configuration: requests/s of each side (all timed calls of all rounds), their
+ratio, p50/p99 latency of a call in ms, and the largest difference between the two sides'
+outputs on the first batch (labels: how many differ).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCH = os.path.join(REPO, "bench")
+sys.path.insert(0, REPO)  # first: bench/data_prep.py must not hide the package
+sys.path.insert(1, BENCH)
+
+from machine import cpu_name  # noqa: E402
+from serving import default_hf_model, prepare_models  # noqa: E402
+
+SHARED = os.environ.get("BERT_SHARED_DATA", os.path.join(os.path.dirname(REPO), "shared", "data"))
+SEQ = {"classifier": 128, "squad": 384}
+
+
+def sst2_sentences():
+    with open(os.path.join(SHARED, "glue", "SST-2", "dev.tsv"), encoding="utf-8") as reader:
+        next(reader)
+        return [line.split("\t")[0].strip() for line in reader if line.strip()]
+
+
+def tokenized(task_name, vocab, do_lower_case=True):
+    """[(ids, segments)] of the dev requests, by our tokenizer and the task's features."""
+    from data_prep.wordpiece.tokenization import FullTokenizer
+    from finetuning import glue_data, squad_data
+    from finetuning.tasks import ClassifierTask, SquadTask
+    tokenizer = FullTokenizer(vocab, do_lower_case)
+    if task_name == "classifier":
+        task = ClassifierTask("sst-2", None, SEQ["classifier"])
+        examples = [glue_data.InputExample(str(i), text, None, "0")
+                    for i, text in enumerate(sst2_sentences())]
+        features = task.make_features(examples, tokenizer)
+    else:
+        task = SquadTask(max_seq_length=SEQ["squad"])
+        with open(os.path.join(SHARED, "squad", "sample-v1.1.json"), encoding="utf-8") as reader:
+            examples, _ = squad_data.parse_squad_examples(json.load(reader), is_training=False,
+                                                          source="sample-v1.1.json")
+        features = task.make_features(examples, tokenizer, is_training=False)
+    requests = []
+    for feature in features:
+        real = int(np.count_nonzero(feature.input_mask))
+        requests.append(([int(i) for i in feature.input_ids[:real]],
+                         [int(s) for s in feature.segment_ids[:real]]))
+    return requests
+
+
+def write_requests(work, task, mode, vocab):
+    path = os.path.join(work, f"requests_{task}_{mode}.json")
+    if not os.path.isfile(path):
+        data = sst2_sentences() if mode == "text" else tokenized(task, vocab)
+        with open(path, "w", encoding="utf-8") as writer:
+            json.dump(data, writer)
+    return path
+
+
+def serve(side, model, task, mode, batch, passes, requests, work):
+    out = os.path.join(work, f"real_{side}_{task}_{mode}_{batch}_"
+                             f"{os.environ.get('BENCH_PRECISION', 'fp32')}.json")
+    with open(out + ".log", "w", encoding="utf-8") as log:
+        proc = subprocess.run([sys.executable, os.path.join(BENCH, "serving_real_child.py"), side,
+                               model, task, mode, str(batch), str(passes), requests, out],
+                              stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+    if proc.returncode != 0:
+        raise SystemExit(f"{side} {task} {mode} batch {batch} failed; see {out}.log:\n"
+                         + open(out + ".log", encoding="utf-8").read()[-2000:])
+    with open(out, encoding="utf-8") as reader:
+        return json.load(reader)
+
+
+def summary(results):
+    latencies = np.array([t for r in results for t in r["latencies"]])
+    served = sum(s for r in results for s in r["sizes"])
+    return {"requests_per_s": served / latencies.sum(),
+            "p50_ms": 1000 * np.percentile(latencies, 50),
+            "p99_ms": 1000 * np.percentile(latencies, 99), "calls": len(latencies)}
+
+
+def disagreement(ours, theirs):
+    """The largest |difference| of the first batch's outputs (labels: the count differing)."""
+    if "labels" in ours:
+        return float(sum(a != b for a, b in zip(ours["labels"], theirs["labels"])))
+    worst = 0.0
+    for key, rows in ours.items():
+        for a, b in zip(rows, theirs[key]):
+            worst = max(worst, float(np.max(np.abs(np.array(a) - np.array(b)))))
+    return worst
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--work_dir", help="models and results (default: temporary)")
+    parser.add_argument("--hf_model", help="a HuggingFace BERT folder (default: all-MiniLM-L6-v2)")
+    parser.add_argument("--configs", default="classifier:model,classifier:text,squad:model")
+    parser.add_argument("--batches", default="1,8,32")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--passes", type=int, default=1,
+                        help="passes over all the dev requests a serving process makes")
+    parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16"),
+                        help="both sides' serving precision (bench/serving_real_child.py)")
+    parser.add_argument("--json", help="also write the results here")
+    args = parser.parse_args()
+    os.environ["BENCH_PRECISION"] = args.precision
+    work = args.work_dir or tempfile.mkdtemp(prefix="bench_serving_real_")
+    os.makedirs(work, exist_ok=True)
+    configs = [tuple(c.split(":")) for c in args.configs.split(",")]
+    tasks = sorted({task for task, _ in configs})
+    models = {}
+    for task in tasks:
+        models.update(prepare_models(work, args.hf_model or default_hf_model(), [task],
+                                     [SEQ[task]]))
+    vocab = os.path.join(work, "base", "vocab.txt")
+    batches = [int(b) for b in args.batches.split(",")]
+    points = [(task, mode, batch) for task, mode in configs for batch in batches]
+    runs = {(p, side): [] for p in points for side in ("ours", "hf")}
+    for round_index in range(args.rounds):
+        sides = ("ours", "hf") if round_index % 2 == 0 else ("hf", "ours")
+        for task, mode, batch in points:
+            saved_model, hf_dir = models[task, SEQ[task]]
+            requests = write_requests(work, task, mode, vocab)
+            for side in sides:
+                runs[(task, mode, batch), side].append(serve(
+                    side, saved_model if side == "ours" else hf_dir, task, mode, batch,
+                    args.passes, requests, work))
+            print(f"   round {round_index + 1}: {task} {mode} batch {batch} done", flush=True)
+    report(points, runs, args)
+
+
+def report(points, runs, args):
+    print(f"\n{cpu_name()}; {os.cpu_count()} cores; all-MiniLM-L6-v2 (or --hf_model), "
+          f"{args.precision}, real "
+          f"dev requests; {args.rounds} rounds of {args.passes} pass(es) over them a side, fresh "
+          "processes; "
+          f"load average now {os.getloadavg()[0]:.2f}")
+    header = (f"{'model':<11}{'input':<7}{'batch':>6}{'ours req/s':>12}{'HF req/s':>10}"
+              f"{'ours/HF':>9}{'ours p50':>10}{'p99':>8}{'HF p50':>9}{'p99':>8}{'diff':>10}")
+    print(header)
+    print("-" * len(header))
+    table = []
+    for point in points:
+        task, mode, batch = point
+        ours, theirs = summary(runs[point, "ours"]), summary(runs[point, "hf"])
+        ratio = ours["requests_per_s"] / theirs["requests_per_s"]
+        diff = disagreement(runs[point, "ours"][0]["outputs"], runs[point, "hf"][0]["outputs"])
+        print(f"{task:<11}{mode:<7}{batch:>6}{ours['requests_per_s']:>12.1f}"
+              f"{theirs['requests_per_s']:>10.1f}{ratio:>8.2f}x{ours['p50_ms']:>10.2f}"
+              f"{ours['p99_ms']:>8.2f}{theirs['p50_ms']:>9.2f}{theirs['p99_ms']:>8.2f}"
+              f"{diff:>10.1e}")
+        table.append({"task": task, "mode": mode, "batch": batch, "ours": ours, "hf": theirs,
+                      "ratio": ratio, "max_abs_diff": diff})
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as writer:
+            json.dump({"cpu": cpu_name(), "precision": args.precision, "points": table},
+                      writer, indent=1)
+
+
+if __name__ == "__main__":
+    main()
