@@ -44,3 +44,25 @@ def cpu_name(fields=None):
     if vectors:
         details.append(", ".join(vectors))
     return fields["model name"] + (f" ({'; '.join(details)})" if details else "")
+
+
+def matmul_ceiling(size=2048, seconds=3.0):
+    """This machine's matmul ceiling now, {precision: GFLOP/s} (fp32, bf16: the faster of
+    TensorFlow's kernel and XLA's for a size^3 matmul), measured in a fresh process by
+    bench/pretrain.py's ceiling worker: the basis of every "fraction of the ceiling" here.
+    Measured in the same run as what it is compared with, since machines of one name differ."""
+    import json
+    import os
+    import subprocess
+    import sys
+    bench = os.path.dirname(os.path.abspath(__file__))
+    proc = subprocess.run([sys.executable, os.path.join(bench, "pretrain.py"), "--worker",
+                           "ceiling", "--matmul_size", str(size), "--matmul_seconds",
+                           str(seconds)], capture_output=True, text=True,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise SystemExit("the matmul ceiling worker failed:\n" + proc.stderr[-2000:])
+    results = json.loads(lines[-1])["results"]
+    return {precision: max(results[key]["gflops"] for key in (precision, precision + "+xla")
+                           if key in results) for precision in ("fp32", "bf16")}

@@ -11,10 +11,16 @@ inference mode), the two alternating in rounds with the first side swapped each 
 
     python bench/serving.py [--work_dir DIR] [--batches 1,8,32] [--seqs 128,384]
                             [--tasks classifier,squad] [--rounds 2] [--seconds 5]
+                            [--before 1,32]
 
 Prints per configuration: examples/s of each side (all timed calls of all rounds), their
-ratio, p50/p99 latency in ms, and the largest difference between the two sides' outputs (a
-check that both compute the same function).
+ratio, p50/p99 latency in ms, the largest difference between the two sides' outputs (a
+check that both compute the same function), and how near each side came to this machine's
+fp32 matmul ceiling (`machine.matmul_ceiling`, measured in the same run): the encoder's
+matmul FLOPs a second (training/flops.py's count, the usual basis of MFU) over the ceiling.
+`--before BATCHES` also times, at those batches, our SavedModel served as inference.py
+served it before issue 40 (`tf.saved_model.load`'s function; side `before`), alternating
+with the others.
 """
 import argparse
 import json
@@ -31,7 +37,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(REPO, "bench")
 sys.path.insert(0, REPO)  # first: bench/data_prep.py must not hide the package
 
-from machine import cpu_name  # noqa: E402
+from machine import cpu_name, matmul_ceiling  # noqa: E402
 
 _WORDS = ("good bad fine dull bright film story actor scene plot music ending long short "
           "funny sad warm cold smart slow").split()
@@ -141,9 +147,13 @@ def main():
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=5.0,
                         help="timed seconds per serving process")
+    parser.add_argument("--before", default="",
+                        help="batches at which to also time the runner as it was before "
+                             "issue 40 (e.g. 1,32)")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
     tasks = args.tasks.split(",")
+    before = {int(b) for b in args.before.split(",") if b}
     seqs = [int(s) for s in args.seqs.split(",")]
     batches = [int(b) for b in args.batches.split(",")]
     work = args.work_dir or tempfile.mkdtemp(prefix="bench_serving_")
@@ -151,18 +161,23 @@ def main():
     try:
         models = prepare_models(work, args.hf_model or default_hf_model(), tasks, seqs)
         configs = [(t, s, b) for t in tasks for s in seqs for b in batches]
-        runs = {(c, side): [] for c in configs for side in ("ours", "hf")}
+        runs = {(c, side): [] for c in configs for side in ("ours", "hf", "before")}
+        ceilings = [matmul_ceiling()]
         for round_index in range(args.rounds):
-            sides = ("ours", "hf") if round_index % 2 == 0 else ("hf", "ours")
+            order = ("ours", "before", "hf")
+            sides = order if round_index % 2 == 0 else order[::-1]
             for task, seq, batch in configs:
                 saved_model, hf_dir = models[task, seq]
                 for side in sides:
-                    model = saved_model if side == "ours" else hf_dir
+                    if side == "before" and batch not in before:
+                        continue
+                    model = hf_dir if side == "hf" else saved_model
                     runs[(task, seq, batch), side].append(
                         serve(side, model, task, seq, batch, args.seconds, work))
                 print(f"   round {round_index + 1}: {task} seq {seq} batch {batch} done",
                       flush=True)
-        report(configs, runs, args)
+        ceilings.append(matmul_ceiling())
+        report(configs, runs, args, ceilings, os.path.join(work, "base", "bert_config.json"))
     finally:
         if not args.work_dir:
             shutil.rmtree(work, ignore_errors=True)
@@ -175,12 +190,24 @@ def _summary(results, batch):
             "p99_ms": 1000 * np.percentile(latencies, 99), "calls": len(latencies)}
 
 
-def report(configs, runs, args):
+def encoder_gflop(config_file, seq):
+    """The model's matmul GFLOP for one sequence of `seq` tokens (encoder and pooler)."""
+    from modeling import BertConfig
+    from training.flops import forward_flops_per_sequence
+    return forward_flops_per_sequence(BertConfig.from_json_file(config_file), seq, 0) / 1e9
+
+
+def report(configs, runs, args, ceilings, config_file):
+    measured = [c["fp32"] for c in ceilings]
+    ceiling = float(np.mean(measured))
     print(f"\n{cpu_name()}; {os.cpu_count()} cores; all-MiniLM-L6-v2 (or --hf_model), fp32; "
           f"{args.rounds} rounds of {args.seconds:g} s a side, fresh processes; "
-          f"load average now {os.getloadavg()[0]:.2f}")
+          f"load average now {os.getloadavg()[0]:.2f}; fp32 matmul ceiling "
+          f"{ceiling:.0f} GFLOP/s (before and after: "
+          f"{', '.join(f'{value:.0f}' for value in measured)})")
     header = (f"{'model':<11}{'seq':>5}{'batch':>6}{'ours ex/s':>11}{'HF ex/s':>10}"
-              f"{'ours/HF':>9}{'ours p50':>10}{'p99':>8}{'HF p50':>9}{'p99':>8}{'max |diff|':>12}")
+              f"{'ours/HF':>9}{'ours p50':>10}{'p99':>8}{'HF p50':>9}{'p99':>8}{'max |diff|':>12}"
+              f"{'ceil ours':>10}{'HF':>5}{'before':>8}{'ex/s':>8}")
     print(header)
     print("-" * len(header))
     table = []
@@ -191,15 +218,24 @@ def report(configs, runs, args):
                                        - np.array(runs[config, "hf"][0]["outputs"][k]))))
                    for k in runs[config, "ours"][0]["outputs"])
         ratio = ours["examples_per_s"] / theirs["examples_per_s"]
+        gflop = encoder_gflop(config_file, seq)
+        share = {side: 100 * r["examples_per_s"] * gflop / ceiling
+                 for side, r in (("ours", ours), ("hf", theirs))}
+        earlier = (_summary(runs[config, "before"], batch) if runs[config, "before"]
+                   else None)
+        was = (f"{100 * earlier['examples_per_s'] * gflop / ceiling:>7.1f}%"
+               f"{earlier['examples_per_s']:>8.1f}" if earlier else f"{'-':>8}{'-':>8}")
         print(f"{task:<11}{seq:>5}{batch:>6}{ours['examples_per_s']:>11.1f}"
               f"{theirs['examples_per_s']:>10.1f}{ratio:>8.2f}x{ours['p50_ms']:>10.1f}"
               f"{ours['p99_ms']:>8.1f}{theirs['p50_ms']:>9.1f}{theirs['p99_ms']:>8.1f}"
-              f"{diff:>12.1e}")
+              f"{diff:>12.1e}{share['ours']:>9.1f}%{share['hf']:>4.0f}%{was}")
         table.append({"task": task, "seq": seq, "batch": batch, "ours": ours, "hf": theirs,
-                      "ratio": ratio, "max_abs_diff": diff})
+                      "ratio": ratio, "max_abs_diff": diff, "gflop_per_example": gflop,
+                      "ceiling_share_percent": share, "before": earlier})
     if args.json:
         with open(args.json, "w", encoding="utf-8") as writer:
-            json.dump(table, writer, indent=1)
+            json.dump({"cpu": cpu_name(), "fp32_ceiling_gflops": [c["fp32"] for c in ceilings],
+                       "points": table}, writer, indent=1)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
 """One serving process of bench/serving.py: loads one model on one side and times calls.
 
-    python bench/serving_child.py ours|hf MODEL TASK SEQ BATCH SECONDS OUT.json
+    python bench/serving_child.py ours|before|hf MODEL TASK SEQ BATCH SECONDS OUT.json
 
 `ours`: MODEL is a SavedModel exported by run_classifier.py / run_squad.py, called as
-`inference.py` calls it (`finetuning.inference.SavedModelRunner`: `tf.saved_model.load`,
-the `serving_default` signature, NumPy in and out). `hf`: MODEL is a HuggingFace folder of
+`inference.py` calls it (`finetuning.inference.SavedModelRunner`: the `serving_default`
+signature in a session of its own, weights frozen, NumPy in and out). `before`: the same
+SavedModel called as inference.py called it before issue 40 (`tf.saved_model.load`'s
+`serving_default` function, eager tensors in and out), for the before/after figures. `hf`: MODEL is a HuggingFace folder of
 the same weights, run as `BertForSequenceClassification` / `BertForQuestionAnswering` (torch,
 eval, inference_mode), NumPy in and out. TASK is `classifier` or `squad`.
 
@@ -49,6 +51,22 @@ def ours(model, task):
     return call
 
 
+def before(model, task):
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+    signature = tf.saved_model.load(model).signatures["serving_default"]
+
+    def call(features):
+        features = {k: tf.constant(v, tf.int32) for k, v in features.items()}
+        if task == "squad":
+            features["unique_ids"] = tf.range(features["input_ids"].shape[0], dtype=tf.int32)
+            out = signature(**features)
+            return {"start_logits": out["start_logits"].numpy(),
+                    "end_logits": out["end_logits"].numpy()}
+        return {"probabilities": signature(**features)["probabilities"].numpy()}
+    return call
+
+
 def hf(model, task):
     import torch
     import transformers
@@ -89,7 +107,7 @@ def main():
         vocab_size = sum(1 for _ in reader)
     features = inputs(batch, seq, vocab_size)
     started = time.perf_counter()
-    call = (ours if side == "ours" else hf)(model, task)
+    call = {"ours": ours, "before": before, "hf": hf}[side](model, task)
     loaded = time.perf_counter()
     first = call(features)
     first_call = time.perf_counter() - loaded

@@ -17,8 +17,11 @@ the sides alternating in rounds, the first side swapped each round.
         [--passes 1] [--configs classifier:model,classifier:text,squad:model] [--json FILE]
 
 Prints per configuration: requests/s of each side (all timed calls of all rounds), their
-ratio, p50/p99 latency of a call in ms, and the largest difference between the two sides'
-outputs on the first batch (labels: how many differ).
+ratio, p50/p99 latency of a call in ms, the largest difference between the two sides'
+outputs on the first batch (labels: how many differ), and (token ids in) how near each side
+came to this machine's matmul ceiling in the precision served (`machine.matmul_ceiling`, in
+the same run): the encoder's matmul FLOPs at the shapes computed (each batch at its longest
+request; training/flops.py's count) a second, over the ceiling.
 """
 import argparse
 import json
@@ -35,8 +38,8 @@ BENCH = os.path.join(REPO, "bench")
 sys.path.insert(0, REPO)  # first: bench/data_prep.py must not hide the package
 sys.path.insert(1, BENCH)
 
-from machine import cpu_name  # noqa: E402
-from serving import default_hf_model, prepare_models  # noqa: E402
+from machine import cpu_name, matmul_ceiling  # noqa: E402
+from serving import default_hf_model, encoder_gflop, prepare_models  # noqa: E402
 
 SHARED = os.environ.get("BERT_SHARED_DATA", os.path.join(os.path.dirname(REPO), "shared", "data"))
 SEQ = {"classifier": 128, "squad": 384}
@@ -96,10 +99,25 @@ def serve(side, model, task, mode, batch, passes, requests, work):
         return json.load(reader)
 
 
-def summary(results):
+def gflop_per_pass(requests_file, batch, config_file):
+    """The encoder's matmul GFLOP of one pass over the requests in batches of `batch`, each
+    batch computed at its longest request (both sides pad so)."""
+    with open(requests_file, encoding="utf-8") as reader:
+        requests = json.load(reader)
+    total = 0.0
+    for start in range(0, len(requests), batch):
+        chosen = requests[start:start + batch]
+        total += len(chosen) * encoder_gflop(config_file, max(len(ids) for ids, _ in chosen))
+    return total, -(-len(requests) // batch)
+
+
+def summary(results, gflop=None):
+    """Requests/s, latency; with `gflop` (GFLOP of a pass, calls in a pass): GFLOP/s."""
     latencies = np.array([t for r in results for t in r["latencies"]])
     served = sum(s for r in results for s in r["sizes"])
-    return {"requests_per_s": served / latencies.sum(),
+    rate = {} if gflop is None else {
+        "gflops": gflop[0] * len(latencies) / gflop[1] / latencies.sum()}
+    return {**rate, "requests_per_s": served / latencies.sum(),
             "p50_ms": 1000 * np.percentile(latencies, 50),
             "p99_ms": 1000 * np.percentile(latencies, 99), "calls": len(latencies)}
 
@@ -129,6 +147,7 @@ def main():
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
     os.environ["BENCH_PRECISION"] = args.precision
+    ceilings = [matmul_ceiling()]
     work = args.work_dir or tempfile.mkdtemp(prefix="bench_serving_real_")
     os.makedirs(work, exist_ok=True)
     configs = [tuple(c.split(":")) for c in args.configs.split(",")]
@@ -151,35 +170,49 @@ def main():
                     side, saved_model if side == "ours" else hf_dir, task, mode, batch,
                     args.passes, requests, work))
             print(f"   round {round_index + 1}: {task} {mode} batch {batch} done", flush=True)
-    report(points, runs, args)
+    ceilings.append(matmul_ceiling())
+    report(points, runs, args, ceilings, work)
 
 
-def report(points, runs, args):
+def report(points, runs, args, ceilings, work):
+    measured = [c[args.precision] for c in ceilings]
+    ceiling = float(np.mean(measured))
+    config_file = os.path.join(work, "base", "bert_config.json")
     print(f"\n{cpu_name()}; {os.cpu_count()} cores; all-MiniLM-L6-v2 (or --hf_model), "
           f"{args.precision}, real "
           f"dev requests; {args.rounds} rounds of {args.passes} pass(es) over them a side, fresh "
           "processes; "
-          f"load average now {os.getloadavg()[0]:.2f}")
+          f"load average now {os.getloadavg()[0]:.2f}; {args.precision} matmul ceiling "
+          f"{ceiling:.0f} GFLOP/s (before and after: "
+          f"{', '.join(f'{value:.0f}' for value in measured)})")
     header = (f"{'model':<11}{'input':<7}{'batch':>6}{'ours req/s':>12}{'HF req/s':>10}"
-              f"{'ours/HF':>9}{'ours p50':>10}{'p99':>8}{'HF p50':>9}{'p99':>8}{'diff':>10}")
+              f"{'ours/HF':>9}{'ours p50':>10}{'p99':>8}{'HF p50':>9}{'p99':>8}{'diff':>10}"
+              f"{'ceil ours':>10}{'HF':>5}")
     print(header)
     print("-" * len(header))
     table = []
     for point in points:
         task, mode, batch = point
-        ours, theirs = summary(runs[point, "ours"]), summary(runs[point, "hf"])
+        gflop = (gflop_per_pass(os.path.join(work, f"requests_{task}_{mode}.json"), batch,
+                                config_file) if mode == "model" else None)
+        ours, theirs = summary(runs[point, "ours"], gflop), summary(runs[point, "hf"], gflop)
+        share = ({side: 100 * r["gflops"] / ceiling for side, r in (("ours", ours),
+                                                                    ("hf", theirs))}
+                 if gflop else None)
+        shares = (f"{share['ours']:>9.1f}%{share['hf']:>4.0f}%" if share
+                  else f"{'-':>10}{'-':>5}")
         ratio = ours["requests_per_s"] / theirs["requests_per_s"]
         diff = disagreement(runs[point, "ours"][0]["outputs"], runs[point, "hf"][0]["outputs"])
         print(f"{task:<11}{mode:<7}{batch:>6}{ours['requests_per_s']:>12.1f}"
               f"{theirs['requests_per_s']:>10.1f}{ratio:>8.2f}x{ours['p50_ms']:>10.2f}"
               f"{ours['p99_ms']:>8.2f}{theirs['p50_ms']:>9.2f}{theirs['p99_ms']:>8.2f}"
-              f"{diff:>10.1e}")
+              f"{diff:>10.1e}{shares}")
         table.append({"task": task, "mode": mode, "batch": batch, "ours": ours, "hf": theirs,
-                      "ratio": ratio, "max_abs_diff": diff})
+                      "ratio": ratio, "max_abs_diff": diff, "ceiling_share_percent": share})
     if args.json:
         with open(args.json, "w", encoding="utf-8") as writer:
-            json.dump({"cpu": cpu_name(), "precision": args.precision, "points": table},
-                      writer, indent=1)
+            json.dump({"cpu": cpu_name(), "precision": args.precision,
+                       "ceiling_gflops": measured, "points": table}, writer, indent=1)
 
 
 if __name__ == "__main__":

@@ -129,7 +129,21 @@ def prepare_demo_data(output_dir, corpus=None, n_processes=2):
     return vocab, records
 
 
-def run_demo(output_dir, corpus=None, phase1_steps=600, phase2_steps=40, n_processes=2):
+def demo_precision(choice="fp32"):
+    """(amp, what to say) for pre-training in `choice` (fp32|bf16). fp32 by default on every
+    CPU, as run_pretraining.py computes without a GPU. Measured, the demo's pre-training in
+    bf16 against fp32: 1.8-1.9x slower with oneDNN held to AVX2 (ONEDNN_MAX_CPU_ISA=AVX2:
+    no native bfloat16, as on an AVX2 CPU, where TensorFlow says "oneDNN BFloat16 support
+    are only on platforms with AVX512"), and 0.94-0.96x on a Zen 5 that multiplies bfloat16
+    natively: the tiny BERT's matmuls are too small for bf16 to pay for its casts
+    (bench/README.md, "Precision by CPU")."""
+    if choice not in ("fp32", "bf16"):
+        raise ValueError(f"--precision={choice}: fp32 or bf16")
+    return choice == "bf16", choice + ("" if choice == "fp32" else " (--precision)")
+
+
+def run_demo(output_dir, corpus=None, phase1_steps=600, phase2_steps=40, n_processes=2,
+             precision="fp32"):
     from data_prep.wordpiece.tokenization import FullTokenizer
     from finetuning.driver import run as finetune
     from finetuning.inference import load_saved_model, predict
@@ -153,12 +167,14 @@ def run_demo(output_dir, corpus=None, phase1_steps=600, phase2_steps=40, n_proce
     config_file = os.path.join(output_dir, "bert_config.json")
     vocab_size = sum(1 for _ in open(vocab, encoding="utf-8"))
     named_config("tiny").replace(vocab_size=vocab_size).to_json_file(config_file)
+    amp, precision_said = demo_precision(precision)
     phases = {}
     for phase, seq, predictions, steps, lr, init in (
             (1, 64, 10, phase1_steps, PHASE1_LEARNING_RATE, None),
             (2, 128, 20, phase2_steps, PHASE2_LEARNING_RATE, "phase_1")):
         start = _banner(1 + phase, f"pre-training phase {phase}: tiny BERT "
-                                   f"(2 layers, hidden 64), seq {seq}, {steps} LAMB steps")
+                                   f"(2 layers, hidden 64), seq {seq}, {steps} LAMB steps, "
+                                   f"{precision_said}")
         out = os.path.join(output_dir, f"phase_{phase}")
         train_files = os.path.join(records[seq], "training")
         eval_files = os.path.join(records[seq], "test")
@@ -170,7 +186,7 @@ def run_demo(output_dir, corpus=None, phase1_steps=600, phase2_steps=40, n_proce
             eval_batch_size=EVAL_BATCH_SIZE, num_train_steps=steps,
             num_warmup_steps=max(1, steps // 10), learning_rate=lr,
             save_checkpoints_steps=max(1, steps // 2), display_loss_steps=max(1, steps // 5),
-            max_eval_steps=MAX_EVAL_STEPS, amp=True, amp_dtype="bfloat16", use_xla=False,
+            max_eval_steps=MAX_EVAL_STEPS, amp=amp, amp_dtype="bfloat16", use_xla=False,
             init_checkpoint=os.path.join(output_dir, init) if init else None,
             dllog_path=os.path.join(out, "dllog.jsonl"), lamb_layer_adaptation="all")
         results = pretrain(values)
@@ -235,11 +251,15 @@ def define_flags(flag_values):
                       "Default: the Python standard library's docstrings, built on the spot.")
     train.DEFINE_integer("phase1_steps", 600, "Pre-training steps at sequence length 64.")
     train.DEFINE_integer("phase2_steps", 40, "Pre-training steps at sequence length 128.")
+    train.DEFINE_enum("precision", "fp32", ["fp32", "bf16"],
+                      "Pre-training's precision (bf16: bfloat16 mixed precision; measured no "
+                      "faster for the demo's tiny BERT on any CPU here).")
     out.DEFINE_string("output_dir", "demo_out", "Everything the demo makes goes here.")
 
 
 def main(flags):
-    run_demo(flags.output_dir, flags.corpus, flags.phase1_steps, flags.phase2_steps)
+    run_demo(flags.output_dir, flags.corpus, flags.phase1_steps, flags.phase2_steps,
+             precision=flags.precision)
     return 0
 
 

@@ -20,6 +20,10 @@ def define_flags(flag_values):
     model, checkpoint, query = binders(flag_values, MODEL, "Model from a checkpoint", INPUT)
     model.DEFINE_string("saved_model", None,
                         "A SavedModel exported by bert-squad/bert-glue (--export_dir).")
+    model.DEFINE_enum("precision", "auto", ["auto", "fp32", "bf16"],
+                      "With --saved_model: serve in fp32, or bf16 (oneDNN's automatic mixed "
+                      "precision, for CPUs with native bfloat16); auto: bf16 where the CPU "
+                      "has AVX512_BF16 or AMX and no GPU serves, fp32 elsewhere.")
     model.DEFINE_string("vocab_file", None,
                         "WordPiece vocab (a SavedModel carries its own; needed with "
                         "--init_checkpoint).")
@@ -78,7 +82,11 @@ def _load_model(flags):
             raise ValueError(f"{flags.saved_model}: carries no vocabulary (assets.extra/"
                              "vocab.txt): pass the model's --vocab_file")
         tokenizer = FullTokenizer(flags.vocab_file or vocab, metadata["do_lower_case"])
-        task, runner, _, _ = inference.load_saved_model(flags.saved_model, tokenizer)
+        precision = inference.serving_precision(flags.precision)
+        task, runner, _, _ = inference.load_saved_model(flags.saved_model, tokenizer, precision)
+        if precision == "bf16" and flags.precision == "auto":
+            _note("serving in bf16: this CPU multiplies bfloat16 natively (--precision=fp32 "
+                  "for float32 throughout)")
         return task, runner, tokenizer
     if not (flags.init_checkpoint and flags.bert_config_file and flags.vocab_file
             and flags.task_name):

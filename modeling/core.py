@@ -78,12 +78,20 @@ def emulate_bfloat16_matmul():
         return choice == "emulate"
     if tf.config.list_physical_devices("GPU"):
         return False
+    return cpu_has_native_bfloat16() is False
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_has_native_bfloat16():
+    """True where the CPU multiplies bfloat16 natively (AVX512_BF16 or AMX), False where it
+    does not, None where /proc/cpuinfo cannot be read (not Linux): bf16 then is neither
+    chosen nor refused by default."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as reader:
             flags = set(reader.read().split())
     except OSError:
-        return False
-    return not any(flag in flags for flag in _NATIVE_BF16_CPU_FLAGS)
+        return None
+    return any(flag in flags for flag in _NATIVE_BF16_CPU_FLAGS)
 
 
 def matmul(a, b, transpose_b=False):

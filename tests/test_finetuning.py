@@ -144,7 +144,7 @@ def test_classifier_train_eval_predict_export_and_serve(shared_data, tiny_model,
     # inference.py from the SavedModel and from the checkpoint agree
     text = "a gripping , beautifully made film"
     from_saved = json.loads(run_cli("inference.py", repo_root, f"--saved_model={saved_model}",
-                                    f"--text={text}").splitlines()[-1])
+                                    "--precision=fp32", f"--text={text}").splitlines()[-1])
     from_ckpt = json.loads(run_cli(
         "inference.py", repo_root, f"--init_checkpoint={out}",
         f"--bert_config_file={tiny_model / 'bert_config.json'}",
@@ -153,6 +153,14 @@ def test_classifier_train_eval_predict_export_and_serve(shared_data, tiny_model,
     assert from_saved["label"] == from_ckpt["label"] in ("0", "1")
     for label, p in from_saved["probabilities"].items():
         assert abs(p - from_ckpt["probabilities"][label]) < 1e-5
+    # served in bf16: the same label, probabilities within bfloat16's rounding of fp32's
+    from_bf16 = json.loads(run_cli("inference.py", repo_root, f"--saved_model={saved_model}",
+                                   "--precision=bf16", f"--text={text}").splitlines()[-1])
+    bf16_rounding = 16 * 2.0 ** -8
+    for label, p in from_saved["probabilities"].items():
+        assert abs(p - from_bf16["probabilities"][label]) <= bf16_rounding
+    if abs(from_saved["probabilities"][from_saved["label"]] - 0.5) > bf16_rounding:
+        assert from_bf16["label"] == from_saved["label"]
 
     # the fine-tuned folder with another config: refused in one line, checkpoint untouched
     before = {p.name: p.read_bytes() for p in out.glob("model.ckpt-*")}

@@ -136,3 +136,32 @@ def test_an_export_of_one_length_is_fed_at_that_length():
     features = _features(5, np.random.default_rng(2))
     assert len(run_in_batches(old, features, batch_size=2)) == 5
     assert widths == [LENGTH] * 3
+
+
+def test_bf16_serving_computes_in_bfloat16_and_stays_near_fp32(exported):
+    """`precision="bf16"` rewrites the frozen graph's matmuls to bfloat16 (oneDNN's automatic
+    mixed precision): its outputs move off fp32's, by no more than bfloat16's rounding
+    (2^-8 relative, a few roundings deep in this 2-layer model) of the outputs' scale."""
+    from modeling.core import cpu_has_native_bfloat16
+    task, path = exported
+    features = _features(6, np.random.default_rng(3))
+    fp32 = run_in_batches(SavedModelRunner(path), features, task.extra_serving_inputs)
+    bf16 = run_in_batches(SavedModelRunner(path, "bf16"), features, task.extra_serving_inputs)
+    worst = 0.0
+    for reference, got in zip(fp32, bf16):
+        for name, value in reference.items():
+            if not np.issubdtype(value.dtype, np.floating):
+                np.testing.assert_array_equal(got[name], value)
+                continue
+            assert got[name].dtype == value.dtype, name
+            scale = max(1.0, float(np.abs(value).max()))
+            difference = float(np.abs(got[name] - value).max())
+            assert difference <= 16 * 2.0 ** -8 * scale, (name, difference, scale)
+            worst = max(worst, difference)
+    if cpu_has_native_bfloat16():  # where oneDNN multiplies bf16, the rewrite took effect
+        assert worst > 0.0
+
+
+def test_an_unknown_serving_precision_is_refused(exported):
+    with pytest.raises(ValueError, match="precision must be one of fp32, bf16, got 'int4'"):
+        SavedModelRunner(exported[1], "int4")
