@@ -67,7 +67,10 @@ def before(model, task):
     return call
 
 
-def hf(model, task):
+def load_hf_model(model, task):
+    """HuggingFace's BertForQuestionAnswering / BertForSequenceClassification (2 labels) with
+    the weights of the folder `model` (modeling.convert.tf_to_hf's), in eval mode; every
+    weight must be there."""
     import torch
     import transformers
     from safetensors.numpy import load_file
@@ -85,7 +88,12 @@ def hf(model, task):
     missing = set(net.state_dict()) - set(weights) - {"bert.embeddings.position_ids"}
     if missing:
         raise SystemExit(f"{model}: weights missing for {sorted(missing)[:5]}")
-    net.eval()
+    return net.eval()
+
+
+def hf(model, task):
+    import torch
+    net = load_hf_model(model, task)
 
     def call(features):
         with torch.inference_mode():

@@ -109,20 +109,8 @@ class HfRunner:
 
     def __init__(self, folder, task, precision):
         import torch
-        import transformers
-        from safetensors.numpy import load_file
-        config = transformers.BertConfig.from_pretrained(folder)
-        if task == "squad":
-            self.net = transformers.BertForQuestionAnswering(config)
-        else:
-            config.num_labels = 2
-            self.net = transformers.BertForSequenceClassification(config)
-        heads = ("classifier.", "qa_outputs.")
-        weights = {(k if k.startswith(heads) or k.startswith("bert.") else "bert." + k):
-                   torch.from_numpy(v)
-                   for k, v in load_file(os.path.join(folder, "model.safetensors")).items()}
-        self.net.load_state_dict(weights, strict=False)
-        self.net.eval()
+        from serving_child import load_hf_model
+        self.net = load_hf_model(folder, task)
         if precision == "bf16":
             self.net.to(torch.bfloat16)
         self.task, self.torch = task, torch

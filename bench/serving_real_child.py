@@ -35,6 +35,7 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRECISION = os.environ.get("BENCH_PRECISION", "fp32")
 sys.path.insert(0, REPO)  # first: bench/data_prep.py must not hide the package
+sys.path.insert(1, os.path.join(REPO, "bench"))
 
 
 def _features(requests, seq):
@@ -77,19 +78,8 @@ def ours(model, task, mode):
 def hf(model, task, mode):
     import torch
     import transformers
-    from safetensors.numpy import load_file
-    config = transformers.BertConfig.from_pretrained(model)
-    if task == "squad":
-        net = transformers.BertForQuestionAnswering(config)
-    else:
-        config.num_labels = 2
-        net = transformers.BertForSequenceClassification(config)
-    heads = ("classifier.", "qa_outputs.")
-    weights = {(k if k.startswith(heads) or k.startswith("bert.") else "bert." + k):
-               torch.from_numpy(v) for k, v in load_file(os.path.join(model,
-                                                                      "model.safetensors")).items()}
-    net.load_state_dict(weights, strict=False)
-    net.eval()
+    from serving_child import load_hf_model
+    net = load_hf_model(model, task)
     if PRECISION == "bf16":
         net.to(torch.bfloat16)
     tokenizer = transformers.BertTokenizerFast(os.path.join(model, "vocab.txt"),
