@@ -226,7 +226,11 @@ _srun_command() {  # the trainer's arguments -> cmd (srun inside its rendezvous 
   esac
   command -v srun >/dev/null 2>&1 \
     || { echo "BERT_LAUNCHER=srun: srun is not on the PATH" >&2; exit 1; }
-  mapfile -t nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST" 2>/dev/null)
+  if [ -n "${BERT_NODES:-}" ]; then   # the nodes a relaunch goes on with (scripts/elastic.sh)
+    IFS=, read -ra nodes <<< "$BERT_NODES"
+  else
+    mapfile -t nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST" 2>/dev/null)
+  fi
   (( ${#nodes[@]} > 0 )) || { echo "BERT_LAUNCHER=srun: scontrol show hostnames" \
     "$SLURM_JOB_NODELIST listed no node" >&2; exit 1; }
   per_node=${GPUS_PER_NODE:-$(( num_gpus % ${#nodes[@]} == 0 ? num_gpus / ${#nodes[@]} : 0 ))}

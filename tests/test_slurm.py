@@ -9,6 +9,10 @@ the loopback), not a stub `scontrol`, with both ways of starting the two Horovod
   checkpoint; the same `sbatch` again resumes phase 1 and runs phase 2, ending both phases on
   horovodrun's weights, bit for bit (phase 2 is a whole srun phase from the same start).
 * `sbatch --distribution=cyclic` is refused in one line before any rank starts.
+* A lost rank does not end the job: task 1 of a 2-task srun job SIGKILLed mid-phase 1 (as an
+  out-of-memory kill or a crash), the job goes on with 1 task from the newest checkpoint,
+  says in one line what failed, what it lost and how it goes on, ends both phases, and its
+  weights equal, bit for bit, the same checkpoint resumed by a resubmission on 1 GPU.
 * A slow start: in the horovodrun job and in the first srun job, rank 1 is held back 45 s
   before it starts the trainer (PYTHON is a wrapper that sleeps once), so the ranks reach
   Gloo's rendezvous ~45 s apart, as ranks importing TensorFlow from a cold shared file system
@@ -23,6 +27,7 @@ import glob
 import os
 import re
 import shutil
+import signal
 import sys
 import time
 
@@ -216,6 +221,11 @@ def test_srun_ranks_stop_on_scancel_batch_term_and_the_same_sbatch_resumes_to_ho
     assert not (tmp_path / "ssh-called").exists(), (tmp_path / "ssh-called").read_text()
     for phase in (1, 2):   # srun's block distribution: both tasks on the node, in rank order
         assert rank_places(results / f"phase_{phase}") == {0: (slurm.node, 0), 1: (slurm.node, 1)}
+    assert_same_final_weights(reference, results)
+
+
+def assert_same_final_weights(reference, results):
+    """Every variable of both phases' last checkpoints under `results` equals `reference`'s."""
     for phase, steps in ((1, PHASE1_STEPS), (2, PHASE2_STEPS)):
         final = f"phase_{phase}/model.ckpt-{steps}"
         expected = checkpoint_tensors(str(reference / final))
@@ -238,3 +248,88 @@ def test_a_cyclic_distribution_is_refused_in_one_line(slurm, horovod, data, repo
                         "srun's block distribution gives; submit without --distribution (or "
                         "--distribution=block)"], output[-4000:]
     assert "step 1/" not in output and not glob.glob(str(results / "phase_1" / "model.ckpt-*"))
+
+
+# ---- A lost rank does not end the job (scripts/run.sub, scripts/elastic.sh) -------------
+# In this module, on its cluster: two test clusters at once on one machine (both node "vm")
+# cancelled each other's jobs when one stopped.
+
+EVERY = 2   # a checkpoint every 2 optimizer steps (the 12th positional argument)
+ELASTIC = POSITIONAL[:11] + [str(EVERY)] + POSITIONAL[12:]
+
+
+def trainer_pid(rank, results):
+    """The pid of the trainer of `rank` writing under `results` (HOROVOD_RANK in its
+    environment: runtime/slurm_launch.py's task execs the trainer with it)."""
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as reader:
+                command = reader.read().split(b"\0")
+            with open(f"/proc/{name}/environ", "rb") as reader:
+                environ = reader.read().split(b"\0")
+        except OSError:
+            continue
+        if (any(part.endswith(b"run_pretraining.py") for part in command)
+                and any(str(results).encode() in part for part in command)
+                and f"HOROVOD_RANK={rank}".encode() in environ):
+            return int(name)
+    return None
+
+
+def latest_step(folder):
+    path = tf.train.latest_checkpoint(str(folder))
+    return int(path.rsplit("-", 1)[1]) if path else None
+
+
+def test_a_killed_task_the_job_goes_on_with_one_and_ends_on_a_resubmissions_weights(
+        slurm, horovod, data, repo_root, tmp_path):
+    results = tmp_path / "results"
+    env = srun_env(data, results, tmp_path)
+    job_id = slurm.sbatch(["--nodes=1", "--gpus-per-node=0",
+                           os.path.join(repo_root, "scripts", "run.sub")] + ELASTIC,
+                          env=env, cwd=tmp_path)
+    path = slurm.job(job_id)["StdOut"]
+    phase_1 = results / "phase_1"
+    deadline = time.time() + 600
+    while (latest_step(phase_1) or 0) < EVERY * 2:   # two checkpoints written
+        assert time.time() < deadline, job_output(path)[-4000:]
+        assert slurm.job(job_id).get("JobState") in ("PENDING", "CONFIGURING", "RUNNING"), \
+            job_output(path)[-4000:]
+        time.sleep(0.2)
+    pid = trainer_pid(1, results)
+    assert pid, job_output(path)[-4000:]
+    os.kill(pid, signal.SIGKILL)
+    wait_for_output(slurm, job_id, path, r"^run\.sub: attempt 1 failed")
+    # What a user would have resumed from by hand: the folder as the failure left it.
+    reference = tmp_path / "reference"
+    shutil.copytree(results, reference)
+    output = job_output(path)
+    said = re.search(r"^run\.sub: attempt 1 failed: task 1: Killed on (?P<failed>\S+); "
+                     r"phase_1 goes on from its checkpoint of step (?P<step>\d+): (steps "
+                     r"\d+-\d+ are|only the window in progress is) done again \(\d+ s of "
+                     r"work since it was written\); going on with 1 rank\(s\) on "
+                     r"(?P<kept>\S+) \(1 a node; per rank accumulation 8/8, the same global "
+                     r"batch\), attempt 2 of at most 4$", output, re.MULTILINE)
+    assert said, output[-4000:]
+    assert said.group("failed") == said.group("kept") == slurm.node
+    resumed_from = int(said.group("step"))
+    assert resumed_from >= EVERY * 2
+    assert latest_step(reference / "phase_1") == resumed_from
+
+    state, code, output = finish(slurm, job_id, path)
+    assert (state, code) == ("COMPLETED", 0), f"job {job_id} {state} ({code}):\n{output[-4000:]}"
+    assert output.count("run.sub: attempt") == 1, output[-4000:]
+    assert "== phase 2" in output
+
+    # The same checkpoint resumed by a resubmission on 1 GPU: the same weights, bit for bit.
+    ref_env = srun_env(data, reference, tmp_path)
+    ref_env["GPUS_PER_NODE"] = "1"
+    ref_job = slurm.sbatch(["--nodes=1", "--gpus-per-node=0",
+                            os.path.join(repo_root, "scripts", "run.sub")] + ELASTIC,
+                           env=ref_env, cwd=tmp_path)
+    ref_path = slurm.job(ref_job)["StdOut"]
+    ref_state, ref_code, ref_output = finish(slurm, ref_job, ref_path)
+    assert (ref_state, ref_code) == ("COMPLETED", 0), ref_output[-4000:]
+    assert_same_final_weights(reference, results)
