@@ -51,6 +51,11 @@ class WindowFollower:
             window, held = session.run(self._window_tensors)
             self._window, self._held = max(1, int(window)), int(held)
 
+    @property
+    def held(self):
+        """Micro-batches of the window in progress already run (by this follower's count)."""
+        return self._held
+
     def closes_next_run(self):
         """Whether the coming run closes the window (by this follower's count)."""
         return self._held + 1 >= self._window

@@ -37,7 +37,8 @@ horovod/horovod#2015 needed 240 s at 50 nodes). Ranks that import TensorFlow fro
 shared file system arrive minutes apart, so the server sets DEFAULT_GLOO_TIMEOUT (600 s)
 unless the user set one. The same limit bounds each Gloo operation (horovod/horovod#1374: a
 first step compiling for minutes). It only lengthens the wait for a rank that never comes,
-and srun's --kill-on-bad-exit ends the step at once when a rank dies before it arrives.
+and srun's --wait (BERT_PEER_LOSS_WAIT, scripts/launch_common.sh) ends the step when a rank
+dies first.
 """
 import argparse
 import os

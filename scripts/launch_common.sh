@@ -240,6 +240,14 @@ _srun_command() {  # the trainer's arguments -> cmd (srun inside its rendezvous 
          "ranks on the ${#nodes[@]} node(s) of job $SLURM_JOB_ID: set GPUS_PER_NODE (ranks a" \
          "node) to a divisor of num_gpus" >&2; exit 1
   fi
+  # A rank that dies: the others get BERT_PEER_LOSS_WAIT seconds (180) to reach their window's
+  # end, where rank 0 saves the last completed step (training/last_window.py), before srun
+  # ends them; 0: srun ends them at once (--kill-on-bad-exit).
+  local peer_wait=${BERT_PEER_LOSS_WAIT:-180} on_task_exit
+  [[ "$peer_wait" =~ ^[0-9]+$ ]] || { echo "BERT_PEER_LOSS_WAIT=$peer_wait: must be a whole number of" \
+    "seconds (0: a rank that dies ends the others at once)" >&2; exit 1; }
+  if (( peer_wait == 0 )); then on_task_exit=(--kill-on-bad-exit=1)
+  else on_task_exit=(--kill-on-bad-exit=0 --wait="$peer_wait"); fi
   used=$(( num_gpus / per_node ))
   plan=$(printf "%s:$per_node," "${nodes[@]:0:used}"); plan=${plan%,}
   _STEP_NAME="bert-$BERT_LAUNCH_ID" _STEP_SIGNALLED=""
@@ -248,7 +256,7 @@ _srun_command() {  # the trainer's arguments -> cmd (srun inside its rendezvous 
        ${NETWORK_INTERFACE:+--network-interface "$NETWORK_INTERFACE"} --
        srun --ntasks="$num_gpus" --nodes="$used" --ntasks-per-node="$per_node"
        --nodelist="$(IFS=,; echo "${nodes[*]:0:used}")" --distribution=block
-       --kill-on-bad-exit=1 --cpu-bind=none --label --job-name="$_STEP_NAME"
+       "${on_task_exit[@]}" --cpu-bind=none --label --job-name="$_STEP_NAME"
        "$PYTHON" -m runtime.slurm_launch task -- "$PYTHON" "$@" --horovod)
 }
 

@@ -21,6 +21,24 @@ if [ "${DRY_RUN:-0}" = 1 ]; then  # one JSON plan line per phase; nothing launch
 fi
 mkdir -p "$RESULTS_DIR"
 LOGFILE="$RESULTS_DIR/pretraining.log"
+# A rank lost outside Slurm (horovodrun's hosts, or one machine): the run goes on with the
+# hosts that answer, as run.sub's job does (scripts/elastic.sh; BERT_MAX_RESTARTS,
+# BERT_MIN_NODES). This shell runs the attempts; each runs this script again.
+if [ -z "${BERT_ELASTIC_ATTEMPT:-}" ] && (( num_gpus > 1 )) && [ "${BERT_LAUNCHER:-ssh}" = ssh ]; then
+  source "$HERE/elastic.sh"
+  fail() { echo "run_pretraining_lamb.sh: $*" | tee -a "$LOGFILE" >&2; exit 2; }
+  if elastic_layout_from_flags "$num_gpus"; then
+    BERT_LAUNCHER=ssh PHASE_SCRIPTS=("$HERE/run_pretraining_lamb.sh")
+    ARGS=("$train_batch_size_phase1" "$train_batch_size_phase2" "$eval_batch_size"
+          "$learning_rate_phase1" "$learning_rate_phase2" "$precision" "$use_xla" "$num_gpus"
+          "$warmup_steps_phase1" "$warmup_steps_phase2" "$train_steps" "$save_checkpoints_steps"
+          "$num_accumulation_steps_phase1" "$num_accumulation_steps_phase2" "$bert_model")
+    elastic_settings run_pretraining_lamb.sh pretraining.log written
+    status=0
+    elastic_run || status=$?
+    exit "$status"
+  fi
+fi
 echo "global batch: phase 1 $(( train_batch_size_phase1 * num_gpus * num_accumulation_steps_phase1 )), phase 2 $(( train_batch_size_phase2 * num_gpus * num_accumulation_steps_phase2 )); log $LOGFILE"
 # TERM/INT to this shell reach the phase's launcher (scripts/launch_common.sh), which stops
 # the ranks at an accumulation boundary with a checkpoint; `tee -i` ignores Ctrl-C so the

@@ -178,3 +178,23 @@ def assert_same_weights(reference, got):
     assert expected.keys() == actual.keys()
     for name, value in expected.items():
         np.testing.assert_array_equal(actual[name], value, err_msg=name)
+
+
+def trainer_pid(rank, results):
+    """The pid of the trainer of Horovod rank `rank` writing under `results` (HOROVOD_RANK
+    in its environment: horovodrun sets it, runtime/slurm_launch.py's srun task too)."""
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as reader:
+                command = reader.read().split(b"\0")
+            with open(f"/proc/{name}/environ", "rb") as reader:
+                environ = reader.read().split(b"\0")
+        except OSError:
+            continue
+        if (any(part.endswith(b"run_pretraining.py") for part in command)
+                and any(str(results).encode() in part for part in command)
+                and f"HOROVOD_RANK={rank}".encode() in environ):
+            return int(name)
+    return None

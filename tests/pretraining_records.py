@@ -100,3 +100,23 @@ def write_script_data(root, training_files, training_count, seq_length=128, pred
     named_config("tiny").replace(vocab_size=vocab_size).to_json_file(
         str(root / "bert_config.json"))
     return root
+
+
+def write_both_phases(root):
+    """Records of both phases' shapes (sequence 128 with 20 predictions, 512 with 80) under
+    root/phase1 and root/phase2, two files each (one per rank), and a tiny BERT config at
+    root/bert_config.json; returns root."""
+    import shutil
+    for phase, seq, predictions in ((1, 128, 20), (2, 512, 80)):
+        write_script_data(root / f"phase{phase}", 2, 64, seq, predictions, seed_base=100 * phase)
+    shutil.copy(root / "phase1" / "bert_config.json", root / "bert_config.json")
+    return root
+
+
+def with_both_phases(env, root):
+    """`env` with the run scripts' TRAIN_DATA/EVAL_DATA of both phases at `root`'s records
+    (write_both_phases); returns env."""
+    for phase in (1, 2):
+        env[f"TRAIN_DATA_PHASE{phase}"] = str(root / f"phase{phase}" / "training")
+        env[f"EVAL_DATA_PHASE{phase}"] = str(root / f"phase{phase}" / "test")
+    return env

@@ -31,7 +31,7 @@ NODES=({' '.join(nodes)}) GPUS_PER_NODE={per_node} TOTAL_GPUS={len(nodes) * per_
 PHASE_SCRIPTS=(scripts/run_pretraining_lamb.sh) train_steps_phase1=9
 {'BERT_MIN_NODES=' + str(min_nodes) if min_nodes else ''}
 source scripts/elastic.sh
-elastic_settings
+elastic_settings run.sub run.sub.log
 {body}
 """
     return subprocess.run(["bash", "-c", script], cwd=repo_root, capture_output=True,
@@ -73,8 +73,8 @@ def test_only_the_attempts_own_output_counts(repo_root, tmp_path):
 
 
 def relayout(repo_root, tmp_path, **kwargs):
-    body = ('elastic_should_relaunch 143 0; RECIPE_TOTAL=$TOTAL_GPUS; elastic_relayout; '
-            f'elastic_rescale {ARGS}; echo "$BERT_NODES|$GPUS_PER_NODE|$TOTAL_GPUS|${{ARGS[*]}}"')
+    body = (f'elastic_should_relaunch 143 0; RECIPE_TOTAL=$TOTAL_GPUS RECIPE_ARGS=({ARGS}); '
+            f'elastic_relayout; elastic_rescale {ARGS}; echo "$BERT_NODES|$GPUS_PER_NODE|$TOTAL_GPUS|${{ARGS[*]}}"')
     return run(repo_root, tmp_path, body, log=KILLED, **kwargs)
 
 
@@ -97,14 +97,24 @@ def test_nodes_that_do_not_answer_are_left_out(repo_root, tmp_path):
     assert args.split()[12:14] == ["16", "16"]            # 4 x 32 ranks / 8
 
 
-def test_a_global_batch_the_ranks_left_cannot_keep_stops_in_one_line(repo_root, tmp_path):
+def test_ranks_over_which_the_global_batch_cannot_split_are_left_idle(repo_root, tmp_path):
+    """Three nodes of 8 left of a 32-rank job: 24 ranks cannot split accumulation 4 x 32
+    ranks; 16 ranks (two of the nodes) can."""
     proc = relayout(repo_root, tmp_path, nodes=("n1", "n2", "n3", "n4"),
                     alive=("n1", "n3", "n4"))
-    assert proc.returncode == 2
-    # three nodes, 24 ranks: accumulation 4 x 32 / 24 is not whole
-    assert proc.stderr.strip().splitlines() == [
-        "run.sub: task 9: Killed on n2; the global batch (accumulation 4 x 32 ranks) cannot be "
-        "kept on 24 rank(s): stopping; resubmit the job to resume from the newest checkpoint"]
+    assert proc.returncode == 0, proc.stderr
+    nodes, per_node, total, args = proc.stdout.strip().split("|")
+    assert (nodes, per_node, total) == ("n1,n3", "8", "16")
+    assert args.split()[12:14] == ["8", "8"]
+
+
+def test_one_rank_lost_of_eight_on_one_machine_goes_on_with_four(repo_root, tmp_path):
+    proc = relayout(repo_root, tmp_path, nodes=("n2",), alive=("n2",), per_node=8)
+    assert proc.returncode == 0, proc.stderr
+    nodes, per_node, total, args = proc.stdout.strip().split("|")
+    # 7 cannot split accumulation 4 x 8 ranks; 4 can (accumulation 8)
+    assert (nodes, per_node, total) == ("n2", "4", "4")
+    assert args.split()[12:14] == ["8", "8"]
 
 
 def test_on_one_node_the_failed_rank_is_left_out(repo_root, tmp_path):
@@ -137,3 +147,66 @@ def test_bad_settings_are_one_line(repo_root, tmp_path, name, value):
                            'elastic_settings'], cwd=repo_root, capture_output=True, text=True)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert proc.stderr.startswith(f"run.sub: {name}={value}: must be")
+
+
+# ---- horovodrun's ranks (BERT_LAUNCHER=ssh, and run_pretraining_lamb.sh outside Slurm) ----
+
+HOROVODRUN_KILLED = ("[0]<stderr>:step 3/9  loss 7.1\n[2]<stderr>:step 3/9  loss 7.1\n"
+                     "Process 3 exit with status code 137.\n"
+                     "Terminating remaining workers after failure of Process 3.\n"
+                     "Process 0 exit with status code 1.\n")
+
+
+def test_horovodruns_failed_rank_is_named_with_its_host(repo_root, tmp_path):
+    body = ('BERT_LAUNCHER=ssh; elastic_should_relaunch 1 0 && echo "$ELASTIC_FAILED|'
+            '$ELASTIC_FAILED_NODE"')
+    proc = run(repo_root, tmp_path, body, per_node=2, log=HOROVODRUN_KILLED)
+    assert proc.stdout.strip() == "rank 3: killed by SIGKILL on n2|n2", proc.stderr
+
+
+def test_horovodruns_hosts_are_rewritten_without_the_failed_one(repo_root, tmp_path):
+    """ssh is a stub that answers for every host: n2 is left out because its rank failed."""
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "ssh").write_text("#!/bin/sh\nexit 0\n")
+    (stub / "ssh").chmod(0o755)
+    body = ('BERT_LAUNCHER=ssh HOROVOD_LAUNCH_FLAGS="--gloo -H n1:2,n2:2 --network-interface lo";'
+            ' elastic_should_relaunch 1 0; RECIPE_TOTAL=$TOTAL_GPUS; '
+            f'RECIPE_ARGS=({ARGS.replace(" 16 ", " 4 ")}); elastic_relayout; '
+            f'elastic_rescale {ARGS.replace(" 16 ", " 4 ")}; '
+            'echo "$HOROVOD_LAUNCH_FLAGS|$TOTAL_GPUS|${ARGS[7]}|${ARGS[12]}"')
+    proc = run(repo_root, tmp_path, body, per_node=2, log=HOROVODRUN_KILLED)
+    assert proc.stdout.strip() == "--gloo -H n1:2 --network-interface lo|2|2|8", proc.stderr
+
+
+@pytest.mark.parametrize("flags, expected", [
+    ("--gloo -H a:2,b:2", "a b|2|4"),
+    ("--gloo --hosts=a:4", "a|4|4"),
+    ("", "localhost|4|4"),                          # one machine: horovodrun -H localhost:4
+    ("--gloo -H a:2,b:1", "refused"),               # slots that differ between hosts
+    ("--gloo -hostfile hosts.txt", "refused"),
+])
+def test_the_layout_outside_slurm_comes_from_horovodruns_hosts(repo_root, tmp_path, flags,
+                                                               expected):
+    body = (f'HOROVOD_LAUNCH_FLAGS="{flags}"; if elastic_layout_from_flags 4; then '
+            'echo "${NODES[*]}|$GPUS_PER_NODE|$TOTAL_GPUS"; else echo refused; fi')
+    proc = run(repo_root, tmp_path, body)
+    assert proc.stdout.strip() == expected, proc.stderr
+
+
+@pytest.mark.parametrize("log, relaunch", [
+    # rank 1's own one-line error (a full disk): the relaunch would stop the same way
+    ("0: step 3/9\n1: error: /r/phase_1: no space left on the device (...)\n"
+     "srun: error: n2: task 1: Exited with exit code 1\n", False),
+    # rank 0 only saw rank 1 die: rank 1 (killed) failed first, and had no error line
+    ("0: step 3/9\n0: error: /r/phase_1: this rank stopped because another rank failed "
+     "(that rank's error line says why)\nsrun: error: n2: task 1: Killed\n", True),
+    ("[0]<stderr>:step 3/9\n[1]<stderr>:error: /r/phase_1: bad record in f.tfrecord\n"
+     "Process 1 exit with status code 1.\n", False),
+])
+def test_a_ranks_own_error_ends_the_job_a_lost_rank_does_not(repo_root, tmp_path, log,
+                                                             relaunch):
+    launcher = "ssh" if log.startswith("[") else "srun"
+    proc = run(repo_root, tmp_path, f"BERT_LAUNCHER={launcher}; elastic_should_relaunch 1 0 "
+               "&& echo relaunch || echo ends", log=log)
+    assert proc.stdout.strip() == ("relaunch" if relaunch else "ends"), proc.stderr

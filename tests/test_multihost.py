@@ -23,7 +23,7 @@ import re
 import numpy as np
 import pytest
 
-from pretraining_records import write_script_data
+from pretraining_records import with_both_phases, write_both_phases, write_script_data
 from ssh_hosts import ssh_hosts  # noqa: F401 (fixture)
 from test_preemption import (ACCUMULATION, PHASE1_STEPS, TRAIN_STEPS,  # noqa: F401 (horovod)
                              assert_stopped_together_at_a_boundary, checkpoint_tensors, horovod,
@@ -162,3 +162,83 @@ def test_sigterm_to_the_launcher_reaches_ranks_on_other_hosts_and_resumes_exactl
     # The uninterrupted weights: those of the one-host run, which the first test showed the
     # uninterrupted two-host run ends on.
     assert_same_weights(got, final_weights(one_host))
+
+
+# ---- A host lost outside Slurm: the run goes on with the other (scripts/elastic.sh) -------
+
+ELASTIC_EVERY = 2   # a checkpoint every 2 optimizer steps
+KILL_AFTER = 5      # rank 0's steps before host 127.0.0.3's rank is killed
+
+
+def elastic_args(batch_phase1, lr_phase1, lr_phase2, ranks, accumulation):
+    """NVIDIA's 15 positional arguments of both phases (phase 2: batch 8, 4 steps)."""
+    return ["bash", "scripts/run_pretraining_lamb.sh", str(batch_phase1), "8", "4", lr_phase1,
+            lr_phase2, "fp32", "false", str(ranks), "2", "1", str(TRAIN_STEPS),
+            str(ELASTIC_EVERY), str(accumulation), str(accumulation), "base"]
+
+
+@pytest.fixture(scope="module")
+def both_phases(tmp_path_factory):
+    """Records of both phases' shapes, two files each (one per rank), a tiny BERT config."""
+    return write_both_phases(tmp_path_factory.mktemp("elastic-data"))
+
+
+def both_phases_env(data, results, **extra):
+    return with_both_phases(exact_env(data, results, **extra), data)
+
+
+@pytest.mark.faults
+def test_a_hosts_rank_killed_the_run_goes_on_with_the_other_host_as_a_rerun_would(
+        horovod, ssh_hosts, both_phases, tmp_path, repo_root):  # noqa: F811
+    import shutil
+    from kill_support import trainer_pid
+    from test_preemption import Run
+    first, second = ssh_hosts.hosts
+    results = tmp_path / "results"
+    env = both_phases_env(both_phases, results,
+                          HOROVOD_LAUNCH_FLAGS=f"--gloo -H {first}:1,{second}:1 "
+                                               "--network-interface lo",
+                          SSH_PORT=str(ssh_hosts.port))
+    env["PATH"] = ssh_hosts.env(env)["PATH"]
+    run = Run(elastic_args(32, "1e-3", "5e-4", 2, ACCUMULATION), env, repo_root)
+    try:
+        run.wait_for(rf"\[0\]<std(err|out)>:.*step {KILL_AFTER}/", 600)
+        pid = trainer_pid(1, results)
+        assert pid, run.output[-3000:]
+        os.kill(pid, 9)
+        said = run.wait_for(r"^run_pretraining_lamb\.sh: attempt 1 failed", 300)
+        # What a user would have rerun by hand: the folder as the failure left it.
+        reference = tmp_path / "reference"
+        shutil.copytree(results, reference)
+        code = run.finish(900)
+    finally:
+        run.kill_tree()
+    output = run.output
+    assert code == 0, output[-4000:]
+    # Rank 0's line is in its log file (horovodrun stops relaying a rank it is ending).
+    log = (results / "phase_1" / "run_pretraining.log").read_text()
+    saved = re.search(r"saved its last completed step, (\d+) ", log)
+    assert saved, log[-4000:]
+    last = int(saved.group(1))
+    assert KILL_AFTER <= last < PHASE1_STEPS and last % ELASTIC_EVERY, output[-4000:]
+    seconds = re.search(r"[(](\d+) s of work", said)
+    assert seconds and said.strip() == (
+        f"run_pretraining_lamb.sh: attempt 1 failed: rank 1: ssh ended with 255 (the rank "
+        f"killed, or its host lost) on {second}; "
+        f"phase_1 goes on from its checkpoint of step {last}: only the window in progress is "
+        f"done again ({seconds.group(1)} s of work since it was written); going on with 1 "
+        f"rank(s) on {first} (1 a node; per rank accumulation 8/8, the same global batch), "
+        "attempt 2 of at most 4"), output[-4000:]
+    assert output.count("attempt 1 failed") == 1 and "attempt 2 failed" not in output
+
+    # The same folder rerun by hand on 1 GPU with the recipe rescaled as NVIDIA's arithmetic
+    # does (accumulation x2, per-GPU rate x2): both phases end on the same weights, bit for bit.
+    ref_env = both_phases_env(both_phases, reference)
+    ref_env.pop("HOROVOD_LAUNCH_FLAGS", None)
+    run_to_end(elastic_args(32, "2e-3", "1e-3", 1, 2 * ACCUMULATION), ref_env, repo_root,
+               timeout=900)
+    phase2_steps = TRAIN_STEPS // 10 * (32 * ACCUMULATION) // (8 * ACCUMULATION)
+    for phase, steps in ((1, PHASE1_STEPS), (2, phase2_steps)):
+        final = f"phase_{phase}/model.ckpt-{steps}"
+        assert_same_weights(checkpoint_tensors(str(results / final)),
+                            checkpoint_tensors(str(reference / final)))

@@ -35,7 +35,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pretraining_records import write_script_data
+from kill_support import trainer_pid
+from pretraining_records import with_both_phases, write_both_phases
 from slurm_cluster import slurm  # noqa: F401 (the module's real Slurm: a fixture)
 from test_preemption import (ACCUMULATION, PHASE1_STEPS, TRAIN_STEPS,  # noqa: F401 (horovod)
                              assert_stopped_together_at_a_boundary, checkpoint_tensors, horovod,
@@ -81,19 +82,12 @@ exec {sys.executable} "$@"
 def data(tmp_path_factory):
     """Records of both phases' shapes (sequence 128 with 20 predictions, 512 with 80), two
     files each (one per rank), and a tiny BERT config."""
-    root = tmp_path_factory.mktemp("slurm-data")
-    for phase, seq, predictions in ((1, 128, 20), (2, 512, 80)):
-        write_script_data(root / f"phase{phase}", 2, 64, seq, predictions, seed_base=100 * phase)
-    shutil.copy(root / "phase1" / "bert_config.json", root / "bert_config.json")
-    return root
+    return write_both_phases(tmp_path_factory.mktemp("slurm-data"))
 
 
 def job_env(data, results, **extra):
     """test_preemption's environment of the scripts, with this module's records per phase."""
-    env = script_env(data, results, GPUS_PER_NODE="2", **extra)
-    for phase in (1, 2):
-        env[f"TRAIN_DATA_PHASE{phase}"] = str(data / f"phase{phase}" / "training")
-        env[f"EVAL_DATA_PHASE{phase}"] = str(data / f"phase{phase}" / "test")
+    env = with_both_phases(script_env(data, results, GPUS_PER_NODE="2", **extra), data)
     for name in ("NETWORK_INTERFACE", "BERT_LAUNCHER", "HOROVOD_LAUNCH_FLAGS"):
         env.pop(name, None)
     env.update(extra)
@@ -256,26 +250,7 @@ def test_a_cyclic_distribution_is_refused_in_one_line(slurm, horovod, data, repo
 
 EVERY = 2   # a checkpoint every 2 optimizer steps (the 12th positional argument)
 ELASTIC = POSITIONAL[:11] + [str(EVERY)] + POSITIONAL[12:]
-
-
-def trainer_pid(rank, results):
-    """The pid of the trainer of `rank` writing under `results` (HOROVOD_RANK in its
-    environment: runtime/slurm_launch.py's task execs the trainer with it)."""
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as reader:
-                command = reader.read().split(b"\0")
-            with open(f"/proc/{name}/environ", "rb") as reader:
-                environ = reader.read().split(b"\0")
-        except OSError:
-            continue
-        if (any(part.endswith(b"run_pretraining.py") for part in command)
-                and any(str(results).encode() in part for part in command)
-                and f"HOROVOD_RANK={rank}".encode() in environ):
-            return int(name)
-    return None
+KILL_AFTER = 5   # rank 0's optimizer steps before task 1 is killed
 
 
 def latest_step(folder):
@@ -291,13 +266,8 @@ def test_a_killed_task_the_job_goes_on_with_one_and_ends_on_a_resubmissions_weig
                            os.path.join(repo_root, "scripts", "run.sub")] + ELASTIC,
                           env=env, cwd=tmp_path)
     path = slurm.job(job_id)["StdOut"]
-    phase_1 = results / "phase_1"
-    deadline = time.time() + 600
-    while (latest_step(phase_1) or 0) < EVERY * 2:   # two checkpoints written
-        assert time.time() < deadline, job_output(path)[-4000:]
-        assert slurm.job(job_id).get("JobState") in ("PENDING", "CONFIGURING", "RUNNING"), \
-            job_output(path)[-4000:]
-        time.sleep(0.2)
+    # After step 5: inside step 6's window, past the scheduled checkpoint of step 4.
+    wait_for_output(slurm, job_id, path, rf"^0: .*step {KILL_AFTER}/")
     pid = trainer_pid(1, results)
     assert pid, job_output(path)[-4000:]
     os.kill(pid, signal.SIGKILL)
@@ -306,17 +276,21 @@ def test_a_killed_task_the_job_goes_on_with_one_and_ends_on_a_resubmissions_weig
     reference = tmp_path / "reference"
     shutil.copytree(results, reference)
     output = job_output(path)
+    # Rank 0 went on to the window's end, where the allreduce failed, and saved the last
+    # completed step (training/last_window.py): only the window in progress is lost.
+    saved = re.search(r"^0: .*the run failed \(a rank lost\?\): saved its last completed "
+                      r"step, (\d+) ", output, re.MULTILINE)
+    assert saved, output[-4000:]
+    last = int(saved.group(1))
+    assert KILL_AFTER <= last < PHASE1_STEPS and last % EVERY, output[-4000:]
     said = re.search(r"^run\.sub: attempt 1 failed: task 1: Killed on (?P<failed>\S+); "
-                     r"phase_1 goes on from its checkpoint of step (?P<step>\d+): (steps "
-                     r"\d+-\d+ are|only the window in progress is) done again \(\d+ s of "
-                     r"work since it was written\); going on with 1 rank\(s\) on "
-                     r"(?P<kept>\S+) \(1 a node; per rank accumulation 8/8, the same global "
-                     r"batch\), attempt 2 of at most 4$", output, re.MULTILINE)
+                     rf"phase_1 goes on from its checkpoint of step {last}: only the window in "
+                     r"progress is done again \(\d+ s of work since it was written\); going on "
+                     r"with 1 rank\(s\) on (?P<kept>\S+) \(1 a node; per rank accumulation 8/8, "
+                     r"the same global batch\), attempt 2 of at most 4$", output, re.MULTILINE)
     assert said, output[-4000:]
     assert said.group("failed") == said.group("kept") == slurm.node
-    resumed_from = int(said.group("step"))
-    assert resumed_from >= EVERY * 2
-    assert latest_step(reference / "phase_1") == resumed_from
+    assert latest_step(reference / "phase_1") == last
 
     state, code, output = finish(slurm, job_id, path)
     assert (state, code) == ("COMPLETED", 0), f"job {job_id} {state} ({code}):\n{output[-4000:]}"

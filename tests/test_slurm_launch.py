@@ -326,7 +326,8 @@ def test_sigterm_to_the_launcher_reaches_the_srun_tasks_through_scancel(stubs, r
     assert first[0].split() == [
         "srun", "--ntasks=2", "--nodes=2", "--ntasks-per-node=1",
         f"--nodelist={','.join(NODES)}", "--distribution=block",
-        "--kill-on-bad-exit=1", "--cpu-bind=none", "--label", f"--job-name={step_name}",
+        "--kill-on-bad-exit=0", "--wait=180", "--cpu-bind=none", "--label",
+        f"--job-name={step_name}",
         env["PYTHON"], "-m", "runtime.slurm_launch", "task", "--", env["PYTHON"], "trainer.py",
         "--flag", "--horovod"]
     assert (folder / "scancel.log").read_text() == "scancel --signal=TERM 77.0\n"  # once

@@ -35,6 +35,7 @@ from resilience.failures import explained_failures
 from resilience.resume_point import choose, settle
 from training import input_state
 from training.hooks import CHECKPOINT_WRITES, PreemptionHook
+from training.last_window import LastWindowSaver
 from training.micro_batch_delay import MicroBatchDelayHook, micro_batch_delay_for_tests
 from training.input_state import InputStateHook, InputStateStore, stream_id
 from training.records import PIPELINE_VERSION
@@ -153,7 +154,8 @@ def train_resuming(estimator, training_input, output_dir, max_steps, workers,
     preemption = PreemptionHook(os.path.join(output_dir, "model.ckpt"), workers, finite)
     space = CheckpointSpaceListener(output_dir, store.latest_bytes)
     input_fn = state_hook.input_fn(lambda: training_input.dataset(skip))
-    hooks = workers.hooks() + [state_hook, preemption] + list(extra_hooks)
+    last_window = LastWindowSaver(os.path.join(output_dir, "model.ckpt"), workers, finite)
+    hooks = workers.hooks() + [state_hook, preemption, last_window] + list(extra_hooks)
     delay = micro_batch_delay_for_tests()
     if delay:
         hooks.append(MicroBatchDelayHook(delay))
