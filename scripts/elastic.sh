@@ -112,7 +112,9 @@ elastic_should_relaunch() {
     seconds=$(( $(date +%s) - $(stat -c %Y "$dir/$(basename "$checkpoint").index" 2>/dev/null \
       || date +%s) ))
     ELASTIC_LOST="$(basename "$dir") goes on from its checkpoint of step $saved"
-    if (( last_step > saved )); then
+    if (( last_step == saved + 1 )); then
+      ELASTIC_LOST+=": step $last_step is done again"
+    elif (( last_step > saved )); then
       ELASTIC_LOST+=": steps $(( saved + 1 ))-$last_step are done again"
     else
       ELASTIC_LOST+=": only the window in progress is done again"
@@ -287,7 +289,13 @@ elastic_run() {
     supervise $! forward_to_launchers || status=$?
     (( status != 0 )) || return 0
     # a preemption, a refusal (a bad flag, a phase 1 stopped short): as before
-    elastic_should_relaunch "$status" "$log_offset" || return "$status"
+    if ! elastic_should_relaunch "$status" "$log_offset"; then
+      (( attempt == 1 )) || [ -n "$PREEMPTED_BY" ] || echo "$ELASTIC_WHO: attempt $attempt" \
+        "failed (exit $status) and is not relaunched (before its first step, or with an error" \
+        "of its own, above); run the same command again to resume from the newest" \
+        "checkpoint" | tee -a "$ELASTIC_LOG" >&2
+      return "$status"
+    fi
     (( attempt <= ELASTIC_MAX_RESTARTS )) || fail "attempt $attempt failed" \
       "($ELASTIC_FAILED) and BERT_MAX_RESTARTS=$ELASTIC_MAX_RESTARTS restarts were used:" \
       "stopping; run the same command again to resume from the newest checkpoint"

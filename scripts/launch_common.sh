@@ -346,6 +346,22 @@ horovod_builds() {
 # (--num_local_devices, runtime/towers.py), which is enough on one machine; a multi-node
 # launch (HOROVOD_LAUNCH_FLAGS, srun) still needs Horovod. A single process for one GPU.
 # After a signal has been forwarded, a second one is not: kill -9 aborts.
+# Whether a launch of one rank must still go through srun or horovodrun: the node it is to
+# run on (a relaunch's, scripts/elastic.sh: BERT_NODES, or the -H of HOROVOD_LAUNCH_FLAGS) is
+# another machine than this one.
+_one_rank_elsewhere() {
+  local host
+  if [ "${BERT_LAUNCHER:-}" = srun ]; then
+    host=${BERT_NODES:-}; host=${host%%,*}
+  else
+    host=$(sed -nE 's/(^|.* )(-H|--hosts)[ =]([^ :,]+).*/\3/p' <<< "${HOROVOD_LAUNCH_FLAGS:-}")
+  fi
+  [ -n "$host" ] || return 1
+  case "$host" in
+    localhost|127.0.0.1|"$(hostname)"|"$(hostname -s)"|"$(hostname -f 2>/dev/null)") return 1 ;;
+  esac
+}
+
 launch() {
   local cmd forwarder=forward_to_child
   local launcher=$BASHPID   # this shell: expanded after `&`, $BASHPID is the child's
@@ -355,7 +371,7 @@ launch() {
     *) echo "BERT_LAUNCHER=$BERT_LAUNCHER: use srun (ranks started by srun in a Slurm" \
             "allocation) or ssh (horovodrun)" >&2; exit 1 ;;
   esac
-  if [ "$num_gpus" -gt 1 ]; then
+  if [ "$num_gpus" -gt 1 ] || _one_rank_elsewhere; then
     local builds hvd
     builds=" $(horovod_builds) "
     hvd="$(dirname "$PYTHON")/horovodrun"   # the one installed with $PYTHON's Horovod

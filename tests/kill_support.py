@@ -193,7 +193,9 @@ def trainer_pid(rank, results):
                 environ = reader.read().split(b"\0")
         except OSError:
             continue
-        if (any(part.endswith(b"run_pretraining.py") for part in command)
+        # the Python process itself, not a shell or an ssh client whose command line holds it
+        if (os.path.basename(command[0]).startswith(b"python")
+                and any(part.endswith(b"run_pretraining.py") for part in command)
                 and any(str(results).encode() in part for part in command)
                 and f"HOROVOD_RANK={rank}".encode() in environ):
             return int(name)

@@ -187,6 +187,30 @@ def both_phases_env(data, results, **extra):
     return with_both_phases(exact_env(data, results, **extra), data)
 
 
+def one_rank_a_host_env(ssh_hosts, data, results, **extra):
+    """The run scripts' environment for both hosts, one rank each, over the test's sshd."""
+    first, second = ssh_hosts.hosts
+    env = both_phases_env(data, results, HOROVOD_LAUNCH_FLAGS=f"--gloo -H {first}:1,{second}:1 "
+                          "--network-interface lo", SSH_PORT=str(ssh_hosts.port), **extra)
+    env["PATH"] = ssh_hosts.env(env)["PATH"]
+    return env
+
+
+def assert_ends_as_a_rerun_on_one_gpu(data, results, reference, repo_root):
+    """The folder `reference` (as a failure left it) rerun by hand on 1 GPU, the recipe
+    rescaled as NVIDIA's arithmetic does (accumulation x2, per-GPU rate x2), ends both phases
+    on the weights `results` ended on, bit for bit."""
+    env = both_phases_env(data, reference)
+    env.pop("HOROVOD_LAUNCH_FLAGS", None)
+    run_to_end(elastic_args(32, "2e-3", "1e-3", 1, 2 * ACCUMULATION), env, repo_root,
+               timeout=900)
+    phase2_steps = TRAIN_STEPS // 10 * (32 * ACCUMULATION) // (8 * ACCUMULATION)
+    for phase, steps in ((1, PHASE1_STEPS), (2, phase2_steps)):
+        final = f"phase_{phase}/model.ckpt-{steps}"
+        assert_same_weights(checkpoint_tensors(str(results / final)),
+                            checkpoint_tensors(str(reference / final)))
+
+
 @pytest.mark.faults
 def test_a_hosts_rank_killed_the_run_goes_on_with_the_other_host_as_a_rerun_would(
         horovod, ssh_hosts, both_phases, tmp_path, repo_root):  # noqa: F811
@@ -195,11 +219,7 @@ def test_a_hosts_rank_killed_the_run_goes_on_with_the_other_host_as_a_rerun_woul
     from test_preemption import Run
     first, second = ssh_hosts.hosts
     results = tmp_path / "results"
-    env = both_phases_env(both_phases, results,
-                          HOROVOD_LAUNCH_FLAGS=f"--gloo -H {first}:1,{second}:1 "
-                                               "--network-interface lo",
-                          SSH_PORT=str(ssh_hosts.port))
-    env["PATH"] = ssh_hosts.env(env)["PATH"]
+    env = one_rank_a_host_env(ssh_hosts, both_phases, results)
     run = Run(elastic_args(32, "1e-3", "5e-4", 2, ACCUMULATION), env, repo_root)
     try:
         run.wait_for(rf"\[0\]<std(err|out)>:.*step {KILL_AFTER}/", 600)
@@ -231,14 +251,51 @@ def test_a_hosts_rank_killed_the_run_goes_on_with_the_other_host_as_a_rerun_woul
         "attempt 2 of at most 4"), output[-4000:]
     assert output.count("attempt 1 failed") == 1 and "attempt 2 failed" not in output
 
-    # The same folder rerun by hand on 1 GPU with the recipe rescaled as NVIDIA's arithmetic
-    # does (accumulation x2, per-GPU rate x2): both phases end on the same weights, bit for bit.
-    ref_env = both_phases_env(both_phases, reference)
-    ref_env.pop("HOROVOD_LAUNCH_FLAGS", None)
-    run_to_end(elastic_args(32, "2e-3", "1e-3", 1, 2 * ACCUMULATION), ref_env, repo_root,
-               timeout=900)
-    phase2_steps = TRAIN_STEPS // 10 * (32 * ACCUMULATION) // (8 * ACCUMULATION)
-    for phase, steps in ((1, PHASE1_STEPS), (2, phase2_steps)):
-        final = f"phase_{phase}/model.ckpt-{steps}"
-        assert_same_weights(checkpoint_tensors(str(results / final)),
-                            checkpoint_tensors(str(reference / final)))
+    assert_ends_as_a_rerun_on_one_gpu(both_phases, results, reference, repo_root)
+
+
+@pytest.mark.faults
+def test_rank_0_killed_mid_checkpoint_and_a_relaunch_killed_too_the_run_ends_as_a_rerun_would(
+        horovod, ssh_hosts, both_phases, tmp_path, repo_root):  # noqa: F811
+    """Two failures at the stages a save cannot cover. Attempt 1: rank 0 (the chief, which
+    saves) SIGKILLed while the checkpoint of step 4 is half written (its input states
+    written, the model's not: BERT_TEST_CHECKPOINT_PAUSE_SECONDS), so nothing saves the last
+    step and the relaunch goes on from step 2 on the other host. Attempt 2, the relaunch,
+    SIGKILLed after its step 5 (its own checkpoint of step 4 whole): attempt 3 goes on from
+    that, on the same host (the only one left, and it answers). Both phases end on
+    the weights of the folder as attempt 1 left it, rerun by hand on 1 GPU."""
+    import shutil
+    from kill_support import trainer_pid
+    from test_preemption import Run
+    first, second = ssh_hosts.hosts
+    results = tmp_path / "results"
+    env = one_rank_a_host_env(ssh_hosts, both_phases, results,
+                              BERT_TEST_CHECKPOINT_PAUSE_SECONDS="3")
+    run = Run(elastic_args(32, "1e-3", "5e-4", 2, ACCUMULATION), env, repo_root)
+    try:
+        run.wait_for(r"\[0\]<std(err|out)>:.*test pause: the checkpoint of step 4 is half", 600)
+        os.kill(trainer_pid(0, results), 9)
+        first_failure = run.wait_for(r"^run_pretraining_lamb\.sh: attempt 1 failed", 300)
+        reference = tmp_path / "reference"
+        shutil.copytree(results, reference)
+        run.wait_for(r"\[0\]<std(err|out)>:.*step 5/", 300)   # attempt 2: one rank, by ssh
+        os.kill(trainer_pid(0, results), 9)
+        second_failure = run.wait_for(r"^run_pretraining_lamb\.sh: attempt 2 failed", 300)
+        code = run.finish(900)
+    finally:
+        run.kill_tree()
+    output = run.output
+    assert code == 0, output[-4000:]
+    # (step 4's line comes after its checkpoint: the last logged step is 3)
+    assert f"rank 0: ssh ended with 255 (the rank killed, or its host lost) on {first}; " \
+           "phase_1 goes on from its checkpoint of step 2: step 3 is done again" \
+           in first_failure, output[-4000:]
+    assert f"going on with 1 rank(s) on {second} (1 a node; per rank accumulation 8/8" \
+           in first_failure
+    assert "saved its last completed step" not in output   # rank 0 was the rank lost
+    assert f"on {second}; phase_1 goes on from its checkpoint of step 4: step 5 is done " \
+           f"again" in second_failure, output[-4000:]
+    # the only node left: it answers, so it is kept (nodes left out stay out)
+    assert f"going on with 1 rank(s) on {second} " in second_failure
+
+    assert_ends_as_a_rerun_on_one_gpu(both_phases, results, reference, repo_root)

@@ -36,7 +36,8 @@ from resilience.resume_point import choose, settle
 from training import input_state
 from training.hooks import CHECKPOINT_WRITES, PreemptionHook
 from training.last_window import LastWindowSaver
-from training.micro_batch_delay import MicroBatchDelayHook, micro_batch_delay_for_tests
+from training.micro_batch_delay import (CheckpointWritePause, MicroBatchDelayHook,
+                                       checkpoint_pause_for_tests, micro_batch_delay_for_tests)
 from training.input_state import InputStateHook, InputStateStore, stream_id
 from training.records import PIPELINE_VERSION
 from training.train_step import MICRO_STEP_NAME
@@ -167,7 +168,10 @@ def train_resuming(estimator, training_input, output_dir, max_steps, workers,
     # The first and last listeners time each write (training.hooks.CHECKPOINT_WRITES): the
     # step log reports it apart instead of as slow steps.
     first, last = CHECKPOINT_WRITES.timers()
-    listeners = ([first, finite, space, state_hook.listener, last] if state_hook.listener
+    pause = checkpoint_pause_for_tests()
+    middle = [CheckpointWritePause(pause)] if pause else []
+    listeners = ([first, finite, space, state_hook.listener] + middle + [last]
+                 if state_hook.listener
                  else None)
     with explained_failures(output_dir, training_input.rank_files(), training_input.spec,
                             training_input.value_ranges, space,
