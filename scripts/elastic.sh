@@ -7,8 +7,8 @@
 # the layout to go on with, and the recipe rescaled to it (the same global batch: more
 # accumulation a rank), and `elastic_run` runs the attempts. Expects `fail`, RESULTS_DIR,
 # NODES, GPUS_PER_NODE, TOTAL_GPUS, BERT_LAUNCHER (srun or ssh), PHASE_SCRIPTS, ARGS and
-# phase_finished from the caller, catch_preemption, supervise, forward_to_launchers and
-# PREEMPTED_BY from scripts/launch_common.sh.
+# phase_finished from the caller, catch_preemption, supervise, forward_to_launchers,
+# PREEMPTED_BY, _launch_flag and _is_this_machine from scripts/launch_common.sh.
 
 # BERT_MAX_RESTARTS (3): attempts after the first; BERT_MIN_NODES (1): fewer nodes stop the job.
 # elastic_settings WHO LOG [written]: WHO (the script) begins the console lines; LOG, a
@@ -135,7 +135,7 @@ _answering_nodes() {
     if [ "$BERT_LAUNCHER" = srun ]; then
       timeout 60 srun --nodes=1 --ntasks=1 --nodelist="$node" --kill-on-bad-exit=0 \
         --job-name=bert-node-check true >/dev/null 2>&1 &
-    elif [[ "$node" == localhost || "$node" == 127.0.0.1 || "$node" == "$(hostname)" ]]; then
+    elif _is_this_machine "$node"; then   # scripts/launch_common.sh
       true &
     else
       timeout 60 ssh -o BatchMode=yes -o ConnectTimeout=30 ${SSH_PORT:+-p "$SSH_PORT"} \
@@ -212,15 +212,9 @@ elastic_hosts_flags() {
 # HOSTS from HOROVOD_LAUNCH_FLAGS' -H list ("h1:2,h2:2"; this machine without one); false
 # when they cannot be known (a hostfile, slots that differ between hosts).
 elastic_layout_from_flags() {
-  local flags=() hosts="" i entry slots
-  read -ra flags <<< "${HOROVOD_LAUNCH_FLAGS:-}"
-  for i in "${!flags[@]}"; do
-    case "${flags[$i]}" in
-      -H|--hosts) hosts=${flags[$(( i + 1 ))]:-} ;;
-      -H=*|--hosts=*) hosts=${flags[$i]#*=} ;;
-      -hostfile|--hostfile|--host-discovery-script) return 1 ;;
-    esac
-  done
+  local _LAUNCH_FLAGS=${HOROVOD_LAUNCH_FLAGS:-} hosts entry slots   # for _launch_flag
+  [ -z "$(_launch_flag -hostfile --hostfile --host-discovery-script)" ] || return 1
+  hosts=$(_launch_flag -H --hosts)
   [ -n "$hosts" ] || hosts="localhost:$1"
   NODES=() GPUS_PER_NODE=""
   IFS=, read -ra entries <<< "$hosts"

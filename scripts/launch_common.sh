@@ -133,6 +133,13 @@ _launch_flag() {
   return 0   # absent is no error (the run scripts use set -e)
 }
 
+# _is_this_machine HOST: whether HOST names this machine (by name: localhost, 127.0.0.1, its
+# host name, short or not).
+_is_this_machine() {
+  case "$1" in localhost|127.0.0.1|"${HOSTNAME:-}"|"${HOSTNAME%%.*}") return 0 ;; esac
+  return 1
+}
+
 # _first_remote_host: "HOST SLOTS", the first host of the -H list, when no host of the list
 # is this machine (nothing otherwise), decided as horovodrun decides to use ssh (is the
 # host's address one of this machine's interface addresses?) by $PYTHON's Horovod.
@@ -140,7 +147,7 @@ _first_remote_host() {
   local hosts entry; hosts=$(_launch_flag -H --hosts)
   [ -n "$hosts" ] || return 0
   for entry in ${hosts//,/ }; do
-    case "${entry%%:*}" in localhost|127.0.0.1|"${HOSTNAME:-}"|"${HOSTNAME%%.*}") return 0 ;; esac
+    ! _is_this_machine "${entry%%:*}" || return 0
   done
   "$PYTHON" -c '
 import sys
@@ -350,16 +357,11 @@ horovod_builds() {
 # run on (a relaunch's, scripts/elastic.sh: BERT_NODES, or the -H of HOROVOD_LAUNCH_FLAGS) is
 # another machine than this one.
 _one_rank_elsewhere() {
-  local host
   if [ "${BERT_LAUNCHER:-}" = srun ]; then
-    host=${BERT_NODES:-}; host=${host%%,*}
-  else
-    host=$(sed -nE 's/(^|.* )(-H|--hosts)[ =]([^ :,]+).*/\3/p' <<< "${HOROVOD_LAUNCH_FLAGS:-}")
+    [ -n "${BERT_NODES:-}" ] && ! _is_this_machine "${BERT_NODES%%,*}"
+  else   # as horovodrun itself decides to use ssh
+    [ -n "$(_LAUNCH_FLAGS=${HOROVOD_LAUNCH_FLAGS:-} _first_remote_host)" ]
   fi
-  [ -n "$host" ] || return 1
-  case "$host" in
-    localhost|127.0.0.1|"$(hostname)"|"$(hostname -s)"|"$(hostname -f 2>/dev/null)") return 1 ;;
-  esac
 }
 
 launch() {

@@ -26,6 +26,7 @@ def run(repo_root, tmp_path, body, alive=("n1", "n2"), nodes=("n1", "n2"), per_n
 set -euo pipefail
 fail() {{ echo "run.sub: $*" >&2; exit 2; }}
 phase_finished() {{ [ -f "$1/model.ckpt-$2.index" ]; }}
+source scripts/launch_common.sh   # as run.sub has it: _launch_flag, _is_this_machine
 PATH={stub}:$PATH RESULTS_DIR={results} BERT_LAUNCHER=srun PREEMPTED_BY=
 NODES=({' '.join(nodes)}) GPUS_PER_NODE={per_node} TOTAL_GPUS={len(nodes) * per_node}
 PHASE_SCRIPTS=(scripts/run_pretraining_lamb.sh) train_steps_phase1=9
