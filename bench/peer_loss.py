@@ -14,7 +14,7 @@ Two variants alternate, round after round:
 Either way run.sub relaunches on 1 rank. Measured: the step the relaunch goes on from, the
 steps done again, and the seconds from the kill until rank 0 of the relaunch logs the step
 that was in progress when the peer died ("back where it was"). Each micro-batch is held `--hold` s more
-(training.micro_batch_delay), so a step lasts about as long as the relaunch's start-up:
+(training.pauses_for_tests), so a step lasts about as long as the relaunch's start-up:
 without it a tiny step takes milliseconds and no cadence would matter.
 
     python bench/peer_loss.py                        # 2 rounds, a checkpoint every 1000 steps

@@ -486,4 +486,3 @@ class WeightsFingerprintHook(tf1.train.SessionRunHook):
         self.fingerprint = float(session.run(self._squares))
         logging.info("rank %d weights fingerprint %.12e", self._rank, self.fingerprint,
                      extra=SHOW)
-

@@ -36,7 +36,7 @@ from resilience.resume_point import choose, settle
 from training import input_state
 from training.hooks import CHECKPOINT_WRITES, PreemptionHook
 from training.last_window import LastWindowSaver
-from training.micro_batch_delay import (CheckpointWritePause, MicroBatchDelayHook,
+from training.pauses_for_tests import (CheckpointWritePause, MicroBatchDelayHook,
                                        checkpoint_pause_for_tests, micro_batch_delay_for_tests)
 from training.input_state import InputStateHook, InputStateStore, stream_id
 from training.records import PIPELINE_VERSION
