@@ -5,9 +5,34 @@ yet two such machines of this workplace differed by 2x in the same TensorFlow se
 benchmark (AVX-512 on Zen 4 and on Zen 5 are not the same speed). The family and model
 numbers and the vector extensions tell them apart."""
 
+import os
+
 # AMD's CPU families (the `cpu family` line of /proc/cpuinfo) by core generation.
 AMD_FAMILIES = {23: "Zen/Zen 2", 25: "Zen 3/Zen 4", 26: "Zen 5"}
 VECTOR_FLAGS = ("amx_bf16", "avx512_bf16", "avx512f", "avx2")
+
+
+# What each library reads to stop at a narrower instruction set, so that a CPU with more
+# stands in for one with less (both sides of a comparison capped alike): oneDNN (in
+# TensorFlow and in torch), torch's own vectorised kernels, and MKL (torch's fp32 GEMM).
+INSTRUCTION_SET_CAPS = {
+    "avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "DNNL_MAX_CPU_ISA": "AVX2",
+             "ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
+}
+
+
+def cap_instruction_set(name):
+    """Caps this process's children (and libraries not loaded yet) at instruction set `name`
+    (a key of INSTRUCTION_SET_CAPS; None or "" leaves them be). A stand-in, not the CPU:
+    the caches, memory and clocks stay this machine's, so its figures say what the code paths
+    do, not what an AVX2 CPU would measure."""
+    if name:
+        os.environ.update(INSTRUCTION_SET_CAPS[name])
+
+
+def instruction_set_cap():
+    """The cap in force (see cap_instruction_set), for the tables: e.g. "AVX2", or None."""
+    return os.environ.get("ONEDNN_MAX_CPU_ISA") or None
 
 
 def _cpuinfo():
@@ -43,6 +68,10 @@ def cpu_name(fields=None):
     vectors = [flag for flag in VECTOR_FLAGS if flag in flags]
     if vectors:
         details.append(", ".join(vectors))
+    cap = instruction_set_cap()
+    if cap:
+        details.append(f"capped at {cap} ({', '.join(INSTRUCTION_SET_CAPS[cap.lower()])})"
+                       if cap.lower() in INSTRUCTION_SET_CAPS else f"ONEDNN_MAX_CPU_ISA={cap}")
     return fields["model name"] + (f" ({'; '.join(details)})" if details else "")
 
 
@@ -52,7 +81,6 @@ def matmul_ceiling(size=2048, seconds=3.0):
     bench/pretrain.py's ceiling worker: the basis of every "fraction of the ceiling" here.
     Measured in the same run as what it is compared with, since machines of one name differ."""
     import json
-    import os
     import subprocess
     import sys
     bench = os.path.dirname(os.path.abspath(__file__))
@@ -65,4 +93,5 @@ def matmul_ceiling(size=2048, seconds=3.0):
         raise SystemExit("the matmul ceiling worker failed:\n" + proc.stderr[-2000:])
     results = json.loads(lines[-1])["results"]
     return {precision: max(results[key]["gflops"] for key in (precision, precision + "+xla")
-                           if key in results) for precision in ("fp32", "bf16")}
+                           if key in results)
+            for precision in ("fp32", "bf16") if precision in results}

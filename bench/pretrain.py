@@ -120,8 +120,13 @@ def count_xla_clusters(tf, session, fetches):
 def worker_ceiling(args):
     """GFLOP/s of an n x n x n matmul per dtype, plain TensorFlow (oneDNN) and XLA-compiled."""
     import tensorflow as tf
+    from modeling.core import onednn_capped_below_bfloat16
+    # oneDNN capped below bf16 (ONEDNN_MAX_CPU_ISA=AVX2, machine.cap_instruction_set) has no
+    # bf16 matmul: TensorFlow would abort the process asking for one
+    precisions = [p for p in PRECISIONS if p != "bf16" or not onednn_capped_below_bfloat16()]
     results = matmul_rates(tf, args.matmul_size, args.matmul_seconds,
-                           session_config(tf, args.threads, args.inter_threads, False))
+                           session_config(tf, args.threads, args.inter_threads, False),
+                           precisions)
     return {"kind": "ceiling", "n": args.matmul_size, "results": results,
             "tf_version": tf.__version__}
 

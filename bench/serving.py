@@ -11,7 +11,7 @@ inference mode), the two alternating in rounds with the first side swapped each 
 
     python bench/serving.py [--work_dir DIR] [--batches 1,8,32] [--seqs 128,384]
                             [--tasks classifier,squad] [--rounds 2] [--seconds 5]
-                            [--before 1,32]
+                            [--before 1,32] [--max_isa avx2]
 
 Prints per configuration: examples/s of each side (all timed calls of all rounds), their
 ratio, p50/p99 latency in ms, the largest difference between the two sides' outputs (a
@@ -37,7 +37,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(REPO, "bench")
 sys.path.insert(0, REPO)  # first: bench/data_prep.py must not hide the package
 
-from machine import cpu_name, matmul_ceiling  # noqa: E402
+from machine import (INSTRUCTION_SET_CAPS, cap_instruction_set, cpu_name,  # noqa: E402
+                     matmul_ceiling)
 
 _WORDS = ("good bad fine dull bright film story actor scene plot music ending long short "
           "funny sad warm cold smart slow").split()
@@ -150,8 +151,12 @@ def main():
     parser.add_argument("--before", default="",
                         help="batches at which to also time the runner as it was before "
                              "issue 40 (e.g. 1,32)")
+    parser.add_argument("--max_isa", choices=sorted(INSTRUCTION_SET_CAPS),
+                        help="cap both sides (and the ceiling) at this instruction set: "
+                             "a stand-in for a CPU without more (machine.cap_instruction_set)")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
+    cap_instruction_set(args.max_isa)
     tasks = args.tasks.split(",")
     before = {int(b) for b in args.before.split(",") if b}
     seqs = [int(s) for s in args.seqs.split(",")]

@@ -15,6 +15,7 @@ the sides alternating in rounds, the first side swapped each round.
 
     python bench/serving_real.py [--work_dir DIR] [--batches 1,8,32] [--rounds 2]
         [--passes 1] [--configs classifier:model,classifier:text,squad:model] [--json FILE]
+        [--precision fp32|bf16] [--max_isa avx2]
 
 Prints per configuration: requests/s of each side (all timed calls of all rounds), their
 ratio, p50/p99 latency of a call in ms, the largest difference between the two sides'
@@ -38,7 +39,8 @@ BENCH = os.path.join(REPO, "bench")
 sys.path.insert(0, REPO)  # first: bench/data_prep.py must not hide the package
 sys.path.insert(1, BENCH)
 
-from machine import cpu_name, matmul_ceiling  # noqa: E402
+from machine import (INSTRUCTION_SET_CAPS, cap_instruction_set, cpu_name,  # noqa: E402
+                     matmul_ceiling)
 from serving import default_hf_model, encoder_gflop, prepare_models  # noqa: E402
 
 SHARED = os.environ.get("BERT_SHARED_DATA", os.path.join(os.path.dirname(REPO), "shared", "data"))
@@ -144,8 +146,14 @@ def main():
                         help="passes over all the dev requests a serving process makes")
     parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16"),
                         help="both sides' serving precision (bench/serving_real_child.py)")
+    parser.add_argument("--max_isa", choices=sorted(INSTRUCTION_SET_CAPS),
+                        help="cap both sides (and the ceiling) at this instruction set: "
+                             "a stand-in for a CPU without more (machine.cap_instruction_set)")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
+    if args.max_isa and args.precision == "bf16":
+        parser.error("--precision bf16 needs the CPU's bfloat16 instructions: not with --max_isa")
+    cap_instruction_set(args.max_isa)
     os.environ["BENCH_PRECISION"] = args.precision
     ceilings = [matmul_ceiling()]
     work = args.work_dir or tempfile.mkdtemp(prefix="bench_serving_real_")

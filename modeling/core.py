@@ -85,13 +85,33 @@ def emulate_bfloat16_matmul():
 def cpu_has_native_bfloat16():
     """True where the CPU multiplies bfloat16 natively (AVX512_BF16 or AMX), False where it
     does not, None where /proc/cpuinfo cannot be read (not Linux): bf16 then is neither
-    chosen nor refused by default."""
+    chosen nor refused by default. False too where oneDNN is told to stop below those
+    instructions (`ONEDNN_MAX_CPU_ISA=AVX2`, how an AVX2 CPU is stood in for): oneDNN then
+    has no bf16 matmul at all, and TensorFlow aborts the process asking for one."""
+    if onednn_capped_below_bfloat16():
+        return False
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as reader:
             flags = set(reader.read().split())
     except OSError:
         return None
     return any(flag in flags for flag in _NATIVE_BF16_CPU_FLAGS)
+
+
+# oneDNN's instruction-set names (ONEDNN_MAX_CPU_ISA) from which it multiplies bfloat16.
+_ONEDNN_BF16_ISAS = ("AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX512_CORE_AMX",
+                     "AVX512_CORE_AMX_FP16", "AVX10_1_512", "AVX10_1_512_AMX",
+                     "AVX10_1_512_AMX_FP16", "AVX10_2_512", "AVX10_2_512_AMX_2", "ALL", "DEFAULT")
+
+
+def onednn_capped_below_bfloat16():
+    """Whether ONEDNN_MAX_CPU_ISA (or its older name DNNL_MAX_CPU_ISA) names an instruction
+    set without bfloat16 arithmetic."""
+    for variable in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
+        cap = os.environ.get(variable, "").strip().upper()
+        if cap:
+            return cap not in _ONEDNN_BF16_ISAS
+    return False
 
 
 def matmul(a, b, transpose_b=False):

@@ -1,5 +1,8 @@
 """The encoder without any oracle: config validation, Google's names, dtypes, masking, XLA."""
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -10,6 +13,7 @@ from modeling import BertConfig, BertModel, ConfigError, masked_lm_output, named
 from modeling import PackedRows, next_sentence_output
 
 tf1 = tf.compat.v1
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def tiny(**changes):
@@ -243,6 +247,43 @@ def test_bfloat16_matmul_accumulates_in_float32_where_emulated(monkeypatch):
     np.testing.assert_allclose(results["emulate"], rounded_once.numpy(), rtol=2 ** -7)
     for result in results.values():  # both are bf16 products, within bf16 rounding
         assert np.linalg.norm(result - exact) / np.linalg.norm(exact) < 2e-2
+
+
+@pytest.mark.parametrize("cap, capped", [("AVX2", True), ("avx512_core", True),
+                                         ("AVX512_CORE_BF16", False), ("", False)])
+def test_onednn_capped_below_bf16_reads_its_isa_variable(monkeypatch, cap, capped):
+    from modeling import core
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
+    assert core.onednn_capped_below_bfloat16() is capped
+    core.cpu_has_native_bfloat16.cache_clear()
+    try:
+        if capped:
+            assert core.cpu_has_native_bfloat16() is False
+    finally:
+        core.cpu_has_native_bfloat16.cache_clear()
+
+
+def test_a_cpu_stood_in_for_by_an_avx2_cap_neither_picks_nor_aborts_in_bf16():
+    """ONEDNN_MAX_CPU_ISA=AVX2 (how bench/machine.py stands in for an AVX2 CPU, or a user's
+    own cap) leaves oneDNN without a bf16 matmul, and TensorFlow aborts the process asking
+    for one (where the CPU has AVX512_BF16, as bench/pretrain.py's ceiling did). Capped,
+    serving and the demo choose fp32 and a bf16 model's matmul is emulated: it runs."""
+    script = (
+        "import numpy as np, tensorflow as tf\n"
+        "from modeling import core\n"
+        "from finetuning.inference import serving_precision\n"
+        "a = tf.cast(tf.constant(np.ones((64, 96), np.float32)), tf.bfloat16)\n"
+        "product = core.matmul(a, tf.transpose(a))\n"
+        "print(serving_precision('auto'), core.emulate_bfloat16_matmul(),\n"
+        "      float(tf.reduce_max(tf.cast(product, tf.float32))))\n")
+    env = dict(os.environ, ONEDNN_MAX_CPU_ISA="AVX2", TF_ENABLE_ONEDNN_OPTS="1",
+               TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    env.pop("BERT_BF16_MATMUL", None)
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=300, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["fp32", "True", "96.0"]
 
 
 # ----------------------------------------------------------------------------- output positions
