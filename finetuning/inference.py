@@ -123,12 +123,18 @@ def serving_precision(choice="auto"):
     than fp32 at every batch, with the same SST-2 labels and SQuAD F1 within 0.5 of fp32's
     (bench/serving_precision.py, bench/serving_real.py --precision bf16); a CPU without it
     emulates bfloat16 (no faster than fp32, further from it), so fp32 stays its default."""
+    from modeling.core import (cpu_has_native_bfloat16, onednn_capped_below_bfloat16,
+                               onednn_isa_cap)
     if choice != "auto":
         if choice not in SERVING_PRECISIONS:
             raise ValueError(f"precision must be auto or one of {', '.join(SERVING_PRECISIONS)}"
                              f", got {choice!r}")
+        if choice == "bf16" and onednn_capped_below_bfloat16():
+            # Grappler's bf16 rewrite would ask oneDNN for a kernel it no longer has, and
+            # TensorFlow aborts the process
+            raise ValueError("--precision=bf16: oneDNN is capped below bfloat16 here "
+                             f"(ONEDNN_MAX_CPU_ISA={onednn_isa_cap()}): serve in fp32, or unset it")
         return choice
-    from modeling.core import cpu_has_native_bfloat16
     if cpu_has_native_bfloat16() and not tf.config.list_physical_devices("GPU"):
         return "bf16"
     return "fp32"

@@ -104,14 +104,21 @@ _ONEDNN_BF16_ISAS = ("AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX512_CORE_AMX",
                      "AVX10_1_512_AMX_FP16", "AVX10_2_512", "AVX10_2_512_AMX_2", "ALL", "DEFAULT")
 
 
-def onednn_capped_below_bfloat16():
-    """Whether ONEDNN_MAX_CPU_ISA (or its older name DNNL_MAX_CPU_ISA) names an instruction
-    set without bfloat16 arithmetic."""
+def onednn_isa_cap():
+    """The instruction set oneDNN is capped at (ONEDNN_MAX_CPU_ISA, or its older name
+    DNNL_MAX_CPU_ISA), upper-case, or "" where it is not capped."""
     for variable in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
         cap = os.environ.get(variable, "").strip().upper()
         if cap:
-            return cap not in _ONEDNN_BF16_ISAS
-    return False
+            return cap
+    return ""
+
+
+def onednn_capped_below_bfloat16():
+    """Whether oneDNN's cap (onednn_isa_cap) is an instruction set without bfloat16
+    arithmetic."""
+    cap = onednn_isa_cap()
+    return bool(cap) and cap not in _ONEDNN_BF16_ISAS
 
 
 def matmul(a, b, transpose_b=False):

@@ -268,7 +268,8 @@ def test_a_cpu_stood_in_for_by_an_avx2_cap_neither_picks_nor_aborts_in_bf16():
     """ONEDNN_MAX_CPU_ISA=AVX2 (how bench/machine.py stands in for an AVX2 CPU, or a user's
     own cap) leaves oneDNN without a bf16 matmul, and TensorFlow aborts the process asking
     for one (where the CPU has AVX512_BF16, as bench/pretrain.py's ceiling did). Capped,
-    serving and the demo choose fp32 and a bf16 model's matmul is emulated: it runs."""
+    serving and the demo choose fp32, a bf16 model's matmul is emulated (it runs), and bf16
+    serving asked for by name is refused in one line."""
     script = (
         "import numpy as np, tensorflow as tf\n"
         "from modeling import core\n"
@@ -276,14 +277,21 @@ def test_a_cpu_stood_in_for_by_an_avx2_cap_neither_picks_nor_aborts_in_bf16():
         "a = tf.cast(tf.constant(np.ones((64, 96), np.float32)), tf.bfloat16)\n"
         "product = core.matmul(a, tf.transpose(a))\n"
         "print(serving_precision('auto'), core.emulate_bfloat16_matmul(),\n"
-        "      float(tf.reduce_max(tf.cast(product, tf.float32))))\n")
+        "      float(tf.reduce_max(tf.cast(product, tf.float32))))\n"
+        "try:\n"
+        "    serving_precision('bf16')\n"
+        "except ValueError as err:\n"
+        "    print(err)\n")
     env = dict(os.environ, ONEDNN_MAX_CPU_ISA="AVX2", TF_ENABLE_ONEDNN_OPTS="1",
                TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
     env.pop("BERT_BF16_MATMUL", None)
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                           text=True, timeout=300, cwd=REPO)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split() == ["fp32", "True", "96.0"]
+    chosen, refused = done.stdout.splitlines()
+    assert chosen.split() == ["fp32", "True", "96.0"]
+    assert refused == ("--precision=bf16: oneDNN is capped below bfloat16 here "
+                       "(ONEDNN_MAX_CPU_ISA=AVX2): serve in fp32, or unset it")
 
 
 # ----------------------------------------------------------------------------- output positions
