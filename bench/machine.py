@@ -30,6 +30,13 @@ def cap_instruction_set(name):
         os.environ.update(INSTRUCTION_SET_CAPS[name])
 
 
+def add_max_isa_flag(parser):
+    """`--max_isa` on a bench's argparse parser; pass its value to cap_instruction_set."""
+    parser.add_argument("--max_isa", choices=sorted(INSTRUCTION_SET_CAPS),
+                        help="cap both sides (and the ceiling) at this instruction set: "
+                             "a stand-in for a CPU without more (machine.cap_instruction_set)")
+
+
 def instruction_set_cap():
     """The cap in force (see cap_instruction_set), for the tables: e.g. "AVX2", or None."""
     return os.environ.get("ONEDNN_MAX_CPU_ISA") or None

@@ -37,7 +37,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(REPO, "bench")
 sys.path.insert(0, REPO)  # first: bench/data_prep.py must not hide the package
 
-from machine import (INSTRUCTION_SET_CAPS, cap_instruction_set, cpu_name,  # noqa: E402
+from machine import (add_max_isa_flag, cap_instruction_set, cpu_name,  # noqa: E402
                      matmul_ceiling)
 
 _WORDS = ("good bad fine dull bright film story actor scene plot music ending long short "
@@ -151,9 +151,7 @@ def main():
     parser.add_argument("--before", default="",
                         help="batches at which to also time the runner as it was before "
                              "issue 40 (e.g. 1,32)")
-    parser.add_argument("--max_isa", choices=sorted(INSTRUCTION_SET_CAPS),
-                        help="cap both sides (and the ceiling) at this instruction set: "
-                             "a stand-in for a CPU without more (machine.cap_instruction_set)")
+    add_max_isa_flag(parser)
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
     cap_instruction_set(args.max_isa)

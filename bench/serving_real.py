@@ -39,7 +39,7 @@ BENCH = os.path.join(REPO, "bench")
 sys.path.insert(0, REPO)  # first: bench/data_prep.py must not hide the package
 sys.path.insert(1, BENCH)
 
-from machine import (INSTRUCTION_SET_CAPS, cap_instruction_set, cpu_name,  # noqa: E402
+from machine import (add_max_isa_flag, cap_instruction_set, cpu_name,  # noqa: E402
                      matmul_ceiling)
 from serving import default_hf_model, encoder_gflop, prepare_models  # noqa: E402
 
@@ -146,9 +146,7 @@ def main():
                         help="passes over all the dev requests a serving process makes")
     parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16"),
                         help="both sides' serving precision (bench/serving_real_child.py)")
-    parser.add_argument("--max_isa", choices=sorted(INSTRUCTION_SET_CAPS),
-                        help="cap both sides (and the ceiling) at this instruction set: "
-                             "a stand-in for a CPU without more (machine.cap_instruction_set)")
+    add_max_isa_flag(parser)
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
     if args.max_isa and args.precision == "bf16":
