@@ -346,13 +346,6 @@ horovod_builds() {
     2>/dev/null || true
 }
 
-# One process per GPU under Horovod: horovodrun with Gloo, srun when BERT_LAUNCHER=srun (a
-# Slurm allocation, Horovod with Gloo), or mpirun only when Horovod was built with MPI
-# (mpirun cannot start a Horovod built without it). Without Horovod (it does not import: a
-# plain `pip install`), ONE process trains on the num_gpus GPUs as in-graph towers
-# (--num_local_devices, runtime/towers.py), which is enough on one machine; a multi-node
-# launch (HOROVOD_LAUNCH_FLAGS, srun) still needs Horovod. A single process for one GPU.
-# After a signal has been forwarded, a second one is not: kill -9 aborts.
 # Whether a launch of one rank must still go through srun or horovodrun: the node it is to
 # run on (a relaunch's, scripts/elastic.sh: BERT_NODES, or the -H of HOROVOD_LAUNCH_FLAGS) is
 # another machine than this one.
@@ -364,6 +357,14 @@ _one_rank_elsewhere() {
   fi
 }
 
+# One process per GPU under Horovod: horovodrun with Gloo, srun when BERT_LAUNCHER=srun (a
+# Slurm allocation, Horovod with Gloo), or mpirun only when Horovod was built with MPI
+# (mpirun cannot start a Horovod built without it). Without Horovod (it does not import: a
+# plain `pip install`), ONE process trains on the num_gpus GPUs as in-graph towers
+# (--num_local_devices, runtime/towers.py), which is enough on one machine; a multi-node
+# launch (HOROVOD_LAUNCH_FLAGS, srun) still needs Horovod. A single process for one GPU
+# (on another machine, one rank through srun or horovodrun: _one_rank_elsewhere).
+# After a signal has been forwarded, a second one is not: kill -9 aborts.
 launch() {
   local cmd forwarder=forward_to_child
   local launcher=$BASHPID   # this shell: expanded after `&`, $BASHPID is the child's
