@@ -91,6 +91,18 @@ def load_hf_model(model, task):
     return net.eval()
 
 
+def hf_in_precision(net, precision):
+    """HuggingFace's model `net` served in `precision` (fp32, bf16, int8) as its documentation
+    serves a BERT on CPU: bf16 is the model moved to torch.bfloat16; int8 is PyTorch's dynamic
+    quantization of the Linear layers (int8 weights, activations quantized per call, fbgemm)."""
+    import torch
+    if precision == "bf16":
+        return net.to(torch.bfloat16)
+    if precision == "int8":
+        return torch.ao.quantization.quantize_dynamic(net, {torch.nn.Linear}, dtype=torch.qint8)
+    return net
+
+
 def hf(model, task):
     import torch
     net = load_hf_model(model, task)

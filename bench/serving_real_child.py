@@ -20,7 +20,9 @@ in its best ordinary practice:
 
 BENCH_PRECISION=bf16 serves both in bfloat16: ours with `SavedModelRunner(precision="bf16")`
 (oneDNN's automatic mixed precision, weights folded to bfloat16), HuggingFace's model moved to
-torch.bfloat16 (`model.to(torch.bfloat16)`, its usual way to serve in bf16).
+torch.bfloat16 (`model.to(torch.bfloat16)`, its usual way to serve in bf16). BENCH_PRECISION=int8:
+ours with `SavedModelRunner(precision="int8")` (finetuning/int8_dense.py), HuggingFace's Linear
+layers through PyTorch's dynamic quantization (`serving_child.hf_in_precision`).
 
 Writes the latency of every timed call, the requests served, and the first batch's outputs.
 """
@@ -78,10 +80,8 @@ def ours(model, task, mode):
 def hf(model, task, mode):
     import torch
     import transformers
-    from serving_child import load_hf_model
-    net = load_hf_model(model, task)
-    if PRECISION == "bf16":
-        net.to(torch.bfloat16)
+    from serving_child import hf_in_precision, load_hf_model
+    net = hf_in_precision(load_hf_model(model, task), PRECISION)
     tokenizer = transformers.BertTokenizerFast(os.path.join(model, "vocab.txt"),
                                                do_lower_case=True)
 

@@ -20,10 +20,12 @@ def define_flags(flag_values):
     model, checkpoint, query = binders(flag_values, MODEL, "Model from a checkpoint", INPUT)
     model.DEFINE_string("saved_model", None,
                         "A SavedModel exported by bert-squad/bert-glue (--export_dir).")
-    model.DEFINE_enum("precision", "auto", ["auto", "fp32", "bf16"],
-                      "With --saved_model: serve in fp32, or bf16 (oneDNN's automatic mixed "
-                      "precision, for CPUs with native bfloat16); auto: bf16 where the CPU "
-                      "has AVX512_BF16 or AMX and no GPU serves, fp32 elsewhere.")
+    model.DEFINE_enum("precision", "auto", ["auto", "fp32", "bf16", "int8"],
+                      "With --saved_model: serve in fp32, bf16 (oneDNN's automatic mixed "
+                      "precision, for CPUs with native bfloat16), or int8 (the encoder's dense "
+                      "layers on oneDNN's int8 matmul, CPU only; check the model's accuracy "
+                      "in it: bench/serving_precision.py); auto: bf16 where the CPU has "
+                      "AVX512_BF16 or AMX and no GPU serves, fp32 elsewhere.")
     model.DEFINE_string("vocab_file", None,
                         "WordPiece vocab (a SavedModel carries its own; needed with "
                         "--init_checkpoint).")

@@ -58,6 +58,8 @@ class SavedModelRunner:
         if precision not in SERVING_PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(SERVING_PRECISIONS)}, got "
                              f"{precision!r}")
+        if precision == "int8":
+            _check_int8_serves()
         self.name, self.precision = path, precision
         variables = os.path.join(path, "variables", "variables")
         if tf.io.gfile.exists(variables + ".index"):
@@ -112,17 +114,21 @@ FREEZE_LIMIT_BYTES = 512 * 1024 ** 2
 
 # fp32: the model as exported; bf16: oneDNN's automatic mixed precision (Grappler's
 # auto_mixed_precision_onednn_bfloat16: matmuls in bfloat16, float32 accumulation, the
-# float32 weights folded to bfloat16 constants once), for CPUs with native bfloat16.
-SERVING_PRECISIONS = ("fp32", "bf16")
+# float32 weights folded to bfloat16 constants once), for CPUs with native bfloat16; int8:
+# the encoder's dense layers on oneDNN's int8 matmul, the rest float32 (int8_dense).
+SERVING_PRECISIONS = ("fp32", "bf16", "int8")
 
 
 def serving_precision(choice="auto"):
-    """The precision `choice` (auto|fp32|bf16) serves in on this machine. auto: bf16 where
+    """The precision `choice` (auto|fp32|bf16|int8) serves in on this machine. auto: bf16 where
     the CPU multiplies bfloat16 natively (AVX512_BF16, AMX) and no GPU serves, fp32
     elsewhere. On a Zen 5 (AVX512_BF16) bf16 served all-MiniLM's real dev requests faster
     than fp32 at every batch, with the same SST-2 labels and SQuAD F1 within 0.5 of fp32's
     (bench/serving_precision.py, bench/serving_real.py --precision bf16); a CPU without it
-    emulates bfloat16 (no faster than fp32, further from it), so fp32 stays its default."""
+    emulates bfloat16 (no faster than fp32, further from it), so fp32 stays its default.
+    auto never picks int8: it changes answers more than bf16 does (a quarter of a weak SQuAD
+    model's answers, as PyTorch's int8 does; bench/serving_precision.py), so a user chooses it
+    for a model whose accuracy they have checked in it."""
     from modeling.core import (cpu_has_native_bfloat16, onednn_capped_below_bfloat16,
                                onednn_isa_cap)
     if choice != "auto":
@@ -134,10 +140,19 @@ def serving_precision(choice="auto"):
             # TensorFlow aborts the process
             raise ValueError("--precision=bf16: oneDNN is capped below bfloat16 here "
                              f"(ONEDNN_MAX_CPU_ISA={onednn_isa_cap()}): serve in fp32, or unset it")
+        if choice == "int8":
+            _check_int8_serves()
         return choice
     if cpu_has_native_bfloat16() and not tf.config.list_physical_devices("GPU"):
         return "bf16"
     return "fp32"
+
+
+def _check_int8_serves():
+    from finetuning.int8_dense import int8_unavailable
+    reason = int8_unavailable()
+    if reason:
+        raise ValueError(f"--precision=int8: {reason}")
 
 
 def serving_session_config(precision="fp32"):
@@ -154,9 +169,12 @@ def freeze(session, fetches, precision="fp32"):
     turned into constants (the old session is closed), computing in `precision`: no variable
     reads at serving time, and Grappler sees the weights as constants."""
     graph = session.graph
-    frozen = tf1.graph_util.convert_variables_to_constants(
-        session, graph.as_graph_def(), sorted({name.split(":")[0] for name in fetches}))
+    keep = sorted({name.split(":")[0] for name in fetches})
+    frozen = tf1.graph_util.convert_variables_to_constants(session, graph.as_graph_def(), keep)
     session.close()
+    if precision == "int8":
+        from finetuning.int8_dense import quantize_dense_layers
+        frozen, _ = quantize_dense_layers(frozen, keep)
     target = tf.Graph()
     with target.as_default():
         tf1.import_graph_def(frozen, name="")

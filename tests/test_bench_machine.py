@@ -32,9 +32,10 @@ def test_a_capped_run_says_so_in_the_cpu_it_names(uncapped):
     machine.cap_instruction_set("avx2")
     assert os.environ["ONEDNN_MAX_CPU_ISA"] == "AVX2"
     assert os.environ["ATEN_CPU_CAPABILITY"] == "avx2"
+    assert os.environ["FBGEMM_ENABLE_INSTRUCTIONS"] == "AVX2"
     assert machine.cpu_name(CPUINFO).endswith(
         "avx2; capped at AVX2 (ONEDNN_MAX_CPU_ISA, DNNL_MAX_CPU_ISA, ATEN_CPU_CAPABILITY, "
-        "MKL_ENABLE_INSTRUCTIONS))")
+        "MKL_ENABLE_INSTRUCTIONS, FBGEMM_ENABLE_INSTRUCTIONS))")
     machine.cap_instruction_set(None)  # no cap asked: nothing changes
     assert machine.instruction_set_cap() == "AVX2"
 

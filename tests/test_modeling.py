@@ -264,6 +264,23 @@ def test_onednn_capped_below_bf16_reads_its_isa_variable(monkeypatch, cap, cappe
         core.cpu_has_native_bfloat16.cache_clear()
 
 
+@pytest.mark.parametrize("cap", ["AVX2", "AVX512_CORE", "AVX512_CORE_VNNI", "AVX2_VNNI", ""])
+def test_int8_sums_in_32_bits_only_with_vnni_or_amx_under_no_lower_cap(monkeypatch, cap):
+    """Read independently of modeling.core: the CPU's flags from /proc/cpuinfo."""
+    from modeling import core
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as reader:
+            flags = set(reader.read().split())
+    except OSError:
+        flags = set()
+    expected = {"": bool(flags & {"avx512_vnni", "avx_vnni", "amx_int8"}),
+                "AVX512_CORE_VNNI": bool(flags & {"avx512_vnni", "avx_vnni", "amx_int8"}),
+                "AVX2_VNNI": "avx_vnni" in flags}.get(cap, False)
+    assert core.cpu_sums_int8_in_32_bits() is expected
+
+
 def test_a_cpu_stood_in_for_by_an_avx2_cap_neither_picks_nor_aborts_in_bf16():
     """ONEDNN_MAX_CPU_ISA=AVX2 (how bench/machine.py stands in for an AVX2 CPU, or a user's
     own cap) leaves oneDNN without a bf16 matmul, and TensorFlow aborts the process asking

@@ -163,5 +163,5 @@ def test_bf16_serving_computes_in_bfloat16_and_stays_near_fp32(exported):
 
 
 def test_an_unknown_serving_precision_is_refused(exported):
-    with pytest.raises(ValueError, match="precision must be one of fp32, bf16, got 'int4'"):
+    with pytest.raises(ValueError, match="precision must be one of fp32, bf16, int8, got 'int4'"):
         SavedModelRunner(exported[1], "int4")

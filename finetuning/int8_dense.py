@@ -1,0 +1,190 @@
+"""Serving in int8: the encoder's dense layers of a frozen graph on oneDNN's int8 matmul.
+
+A dense layer `x @ W + b` (a `MatMul` on a constant weight, then a `BiasAdd` on a constant
+bias) becomes, per call:
+
+    lo, step = min(x), (max(x) - min(x)) / 255     # over the whole activation tensor
+    xq = round((x - lo) / step)                    # quint8 codes, 0..255
+    p = QuantizedMatMulWithBiasAndDequantize(xq, Wq, (b + lo * colsum(W')) / (step * w))
+    y = p * (step * w)                             # = (x - lo) @ W' + b + lo * colsum(W')
+
+with `w = max|W| / 127`, `Wq = round(W / w)` (int8, one scale for the tensor, made once
+here) and `W' = Wq * w`: `x @ W'` and the bias, back in float32. On CPUs without VNNI the
+codes stop at 127, not 255 (`activation_levels`). The kernel is told unit scales (SCALED,
+ranges 0..255 and -127..127): TensorFlow keys its oneDNN primitive on the scales, so scales
+that change every call rebuilt it every call; the real scale multiplies its output instead.
+Why not the op's own MIN_FIRST mode, made for inputs with negative values: in TensorFlow
+2.15 (oneDNN 3) it adds its `min(x)` correction in integer units to a float bias, answers
+off by a factor of ~200 (measured), and recomputes it every call with a loop over the
+weight.
+
+Only layers under `/encoder/` are rewritten: the pooler and the task's head are small and
+decide the answer directly, so they stay float32. Layers reading the same activation (a
+layer's query, key and value) share one quantization of it.
+
+Measured on a 2-core Zen 5 (bench/README.md, "int8"): one 384 -> 1536 layer 1.15x float32's
+speed at 24 rows, 3.1x at 128, 2.5x at 1,792, within 1.5-1.8% of float32's largest output.
+At a few rows the int8 kernel costs about what float32's does (80-100 us at 25 rows,
+profiled): it reorders the weight into oneDNN's layout on every call (mkl_qmatmul_op.cc
+compiles its weight cache out for oneDNN 3), so int8 gains from batch 8 up.
+"""
+import os
+
+import numpy as np
+import tensorflow as tf
+
+tf1 = tf.compat.v1
+
+ENCODER_SCOPE = "/encoder/"
+SUFFIX = "_int8"
+
+
+def int8_unavailable():
+    """Why this process cannot serve in int8 (one line, naming the setting), or None. The
+    int8 matmul is oneDNN's alone: TensorFlow without oneDNN (TF_ENABLE_ONEDNN_OPTS=0, or a
+    CPU it does not serve) has no kernel for it and would fail at the first call; and a
+    machine with a GPU serves on the GPU, where it has none either."""
+    from tensorflow.python.util import _pywrap_util_port
+    if not _pywrap_util_port.IsMklEnabled():
+        setting = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
+        named = f" (TF_ENABLE_ONEDNN_OPTS={setting})" if setting is not None else ""
+        return (f"oneDNN is off in this process{named}, and int8 serving runs on oneDNN's "
+                "int8 matmul: serve in fp32, or turn oneDNN on")
+    if tf.config.list_physical_devices("GPU"):
+        return ("int8 serving runs on the CPU's oneDNN, and this machine serves on its GPU: "
+                "serve in fp32 or bf16, or hide the GPU (CUDA_VISIBLE_DEVICES=)")
+    return None
+
+
+def _tensor_name(name):
+    return name if ":" in name else name + ":0"
+
+
+class _Graph:
+    """A GraphDef's nodes by name, with the constant behind a chain of Identity nodes."""
+
+    def __init__(self, graph_def):
+        self.nodes = {node.name: node for node in graph_def.node}
+        self.consumers = {}
+        for node in graph_def.node:
+            for source in node.input:
+                source = source.lstrip("^").split(":")[0]
+                self.consumers[source] = self.consumers.get(source, 0) + 1
+
+    def constant(self, name):
+        node = self.nodes.get(name.split(":")[0])
+        while node is not None and node.op == "Identity":
+            node = self.nodes.get(node.input[0].split(":")[0])
+        if node is None or node.op != "Const":
+            return None
+        return tf.make_ndarray(node.attr["value"].tensor)
+
+
+def dense_layers(graph_def, scope=ENCODER_SCOPE):
+    """The rewritable dense layers of `graph_def`: (BiasAdd node, activation tensor name,
+    weight [in, out] float32, bias [out] float32) for each MatMul on a constant 2-D float
+    weight whose one consumer is a BiasAdd on a constant bias, inside `scope`."""
+    graph = _Graph(graph_def)
+    found = []
+    for node in graph_def.node:
+        if node.op != "BiasAdd" or scope not in "/" + node.name:
+            continue
+        matmul = graph.nodes.get(node.input[0].split(":")[0])
+        if (matmul is None or matmul.op != "MatMul" or matmul.attr["transpose_a"].b
+                or matmul.attr["transpose_b"].b or graph.consumers.get(matmul.name) != 1
+                or matmul.attr["T"].type != tf.float32.as_datatype_enum):
+            continue
+        weight, bias = graph.constant(matmul.input[1]), graph.constant(node.input[1])
+        if weight is None or bias is None or weight.ndim != 2 or bias.shape != weight.shape[1:]:
+            continue
+        found.append((node, _tensor_name(matmul.input[0]), weight.astype(np.float32),
+                      bias.astype(np.float32)))
+    return found
+
+
+def quantize_weight(weight):
+    """(int8 weight in -127..127, the weight one level stands for): one symmetric scale for
+    the whole tensor."""
+    step = (float(np.abs(weight).max()) or 1.0) / 127
+    return np.clip(np.round(weight / step), -127, 127).astype(np.int8), step
+
+
+def activation_levels():
+    """The highest code an activation gets: 255 where oneDNN adds int8 products in 32 bits
+    (VNNI, AMX); 127 elsewhere, so that two products (127 x 127 each) never pass the 16-bit
+    sum AVX2's int8 dot product makes of them, as PyTorch's x86 int8 does (`reduce_range`).
+    Measured under ONEDNN_MAX_CPU_ISA=AVX2 on a fine-tuned MiniLM: probabilities 0.09 off
+    float32's at most this way, 0.21 with 63-level weights instead."""
+    from modeling.core import cpu_sums_int8_in_32_bits
+    return 255 if cpu_sums_int8_in_32_bits() else 127
+
+
+def _quantize_activation(x, levels):
+    """(quint8 codes of `x - min(x)` in 0..`levels`, min(x), the value of one code), with
+    plain element-wise ops: QuantizeV2 builds a oneDNN reorder for each new range, which is
+    every call (measured ~60 us a call at 25 rows, most of int8's gain at batch 1)."""
+    low = tf.reduce_min(x)
+    # all one value: every code 0 (and the bias divided by a scale that stays finite)
+    span = tf.maximum(tf.reduce_max(x) - low, 1e-12)
+    scaled = (x - low) * (levels / span) + 0.5  # 0.5 .. levels + 0.5: the cast floors it
+    codes = tf.bitcast(tf.cast(scaled, tf.uint8), tf.quint8)
+    return codes, low, span / levels
+
+
+def quantize_dense_layers(graph_def, keep, scope=ENCODER_SCOPE, levels=None):
+    """`graph_def` with its dense layers inside `scope` on int8 matmuls, pruned to `keep`
+    (node names), activations in 0..`levels` (default: `activation_levels()`); (new
+    GraphDef, how many layers were rewritten)."""
+    layers = dense_layers(graph_def, scope)
+    if not layers:
+        return graph_def, 0
+    levels = levels or activation_levels()
+    taken = {node.name for node in graph_def.node}
+    built = tf.Graph()
+    placeholders = {}  # placeholder node name -> the activation tensor it stands for
+    with built.as_default():
+        quantized = {}  # activation tensor -> (codes, lowest value, value of one code)
+        for bias_add, activation, weight, bias in layers:
+            if activation not in quantized:
+                with tf1.name_scope(activation.replace(":", "_") + SUFFIX + "/"):
+                    x = tf1.placeholder(tf.float32, [None, weight.shape[0]], "x")
+                    placeholders[x.op.name] = activation
+                    quantized[activation] = _quantize_activation(x, levels)
+            codes, low, step = quantized[activation]
+            weight_codes, weight_step = quantize_weight(weight)
+            column_sums = weight_codes.astype(np.float32).sum(0) * weight_step
+            with tf1.name_scope(bias_add.name + SUFFIX + "/"):
+                scale = step * weight_step  # of one unit of the integer product
+                # the kernel adds the bias to the integer product, before `scale`
+                bias_in_units = (tf.constant(bias) + low * tf.constant(column_sums)) / scale
+                integer = tf.raw_ops.QuantizedMatMulWithBiasAndDequantize(
+                    a=codes, b=tf.constant(weight_codes, tf.qint8), bias=bias_in_units,
+                    min_a=tf.constant(0.0), max_a=tf.constant(255.0),
+                    min_b=tf.constant(-127.0), max_b=tf.constant(127.0),
+                    min_freezed_output=tf.constant(0.0), max_freezed_output=tf.constant(0.0),
+                    Toutput=tf.float32, input_quant_mode="SCALED")
+                product = integer * scale
+            tf.identity(product, name=bias_add.name + SUFFIX)
+    added = built.as_graph_def()
+    clash = taken & {node.name for node in added.node}
+    if clash:
+        raise ValueError(f"int8 rewrite: node names already taken: {sorted(clash)[:3]}")
+    replaced = {bias_add.name for bias_add, _, _, _ in layers}
+    merged = tf1.GraphDef()
+    merged.versions.CopyFrom(graph_def.versions)
+    merged.library.CopyFrom(graph_def.library)
+    for node in graph_def.node:
+        if node.name not in replaced:
+            merged.node.add().CopyFrom(node)
+    for node in added.node:
+        if node.name in placeholders:
+            continue
+        new = merged.node.add()
+        new.CopyFrom(node)
+        if node.name.endswith(SUFFIX) and node.name[:-len(SUFFIX)] in replaced:
+            new.name = node.name[:-len(SUFFIX)]  # the BiasAdd's consumers read it by name
+        for index, source in enumerate(node.input):
+            op_name = source.split(":")[0]
+            if op_name in placeholders:
+                new.input[index] = placeholders[op_name]
+    return tf1.graph_util.extract_sub_graph(merged, list(keep)), len(layers)
