@@ -40,6 +40,13 @@ def add_max_isa_flag(parser):
                              "a stand-in for a CPU without more (machine.cap_instruction_set)")
 
 
+def refuse_bf16_when_capped(parser, max_isa, precisions, flag):
+    """A parser error when bf16 (in `precisions`, given by `flag`) meets `--max_isa`: oneDNN
+    capped at AVX2 has no bf16 kernel, and TensorFlow aborts asking for one."""
+    if max_isa and "bf16" in precisions:
+        parser.error(f"{flag} bf16 needs the CPU's bfloat16 instructions: not with --max_isa")
+
+
 def instruction_set_cap():
     """The cap in force (see cap_instruction_set), for the tables: e.g. "AVX2", or None."""
     return os.environ.get("ONEDNN_MAX_CPU_ISA") or None

@@ -40,7 +40,8 @@ BENCH = os.path.join(REPO, "bench")
 sys.path.insert(0, REPO)
 sys.path.insert(1, BENCH)
 
-from machine import add_max_isa_flag, cap_instruction_set, cpu_name  # noqa: E402
+from machine import (add_max_isa_flag, cap_instruction_set, cpu_name,  # noqa: E402
+                     refuse_bf16_when_capped)
 from serving import default_hf_model  # noqa: E402
 
 SHARED = os.environ.get("BERT_SHARED_DATA", os.path.join(os.path.dirname(REPO), "shared", "data"))
@@ -177,9 +178,7 @@ def report(results, args, precisions):
     for task, metrics in (("classifier", ("accuracy",)), ("squad", ("exact_match", "f1"))):
         for side in ("ours", "hf"):
             fp32 = results[task, side, "fp32"]
-            for precision in precisions:
-                if precision == "fp32":
-                    continue
+            for precision in precisions[1:]:  # each against fp32, first
                 other = results[task, side, precision]
                 agreement = None
                 if task == "classifier":
@@ -215,8 +214,7 @@ def main():
     precisions = args.precisions.split(",")
     if precisions[0] != "fp32" or not set(precisions) <= {"fp32", "bf16", "int8"}:
         parser.error(f"--precisions: fp32 first, then any of bf16, int8; got {args.precisions!r}")
-    if args.max_isa and "bf16" in precisions:
-        parser.error("--precisions bf16 needs the CPU's bfloat16 instructions: not with --max_isa")
+    refuse_bf16_when_capped(parser, args.max_isa, precisions, "--precisions")
     cap_instruction_set(args.max_isa)
     work = args.work_dir or tempfile.mkdtemp(prefix="bench_serving_precision_")
     os.makedirs(work, exist_ok=True)

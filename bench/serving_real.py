@@ -40,7 +40,7 @@ sys.path.insert(0, REPO)  # first: bench/data_prep.py must not hide the package
 sys.path.insert(1, BENCH)
 
 from machine import (add_max_isa_flag, cap_instruction_set, cpu_name,  # noqa: E402
-                     matmul_ceiling)
+                     matmul_ceiling, refuse_bf16_when_capped)
 from serving import default_hf_model, encoder_gflop, prepare_models  # noqa: E402
 
 SHARED = os.environ.get("BERT_SHARED_DATA", os.path.join(os.path.dirname(REPO), "shared", "data"))
@@ -149,8 +149,7 @@ def main():
     add_max_isa_flag(parser)
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
-    if args.max_isa and args.precision == "bf16":
-        parser.error("--precision bf16 needs the CPU's bfloat16 instructions: not with --max_isa")
+    refuse_bf16_when_capped(parser, args.max_isa, [args.precision], "--precision")
     cap_instruction_set(args.max_isa)
     os.environ["BENCH_PRECISION"] = args.precision
     ceilings = [matmul_ceiling()]
