@@ -164,12 +164,12 @@ def quantize_dense_layers(graph_def, keep, scope=ENCODER_SCOPE, levels=None):
                     min_freezed_output=tf.constant(0.0), max_freezed_output=tf.constant(0.0),
                     Toutput=tf.float32, input_quant_mode="SCALED")
                 product = integer * scale
-            tf.identity(product, name=bias_add.name + SUFFIX)
+            tf.identity(product, name=bias_add.name)  # the name its consumers read
     added = built.as_graph_def()
-    clash = taken & {node.name for node in added.node}
+    replaced = {bias_add.name for bias_add, _, _, _ in layers}
+    clash = (taken - replaced) & {node.name for node in added.node}
     if clash:
         raise ValueError(f"int8 rewrite: node names already taken: {sorted(clash)[:3]}")
-    replaced = {bias_add.name for bias_add, _, _, _ in layers}
     merged = tf1.GraphDef()
     merged.versions.CopyFrom(graph_def.versions)
     merged.library.CopyFrom(graph_def.library)
@@ -181,8 +181,6 @@ def quantize_dense_layers(graph_def, keep, scope=ENCODER_SCOPE, levels=None):
             continue
         new = merged.node.add()
         new.CopyFrom(node)
-        if node.name.endswith(SUFFIX) and node.name[:-len(SUFFIX)] in replaced:
-            new.name = node.name[:-len(SUFFIX)]  # the BiasAdd's consumers read it by name
         for index, source in enumerate(node.input):
             op_name = source.split(":")[0]
             if op_name in placeholders:
