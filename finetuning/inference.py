@@ -18,6 +18,7 @@ import tensorflow as tf
 from google.protobuf.message import DecodeError
 
 from finetuning import glue_data, squad_data, squad_postprocess
+from finetuning.eigen_transpose import transpose_as_integers
 from finetuning.export import (SEQUENCE_INPUTS, TASK_FILE, check_checkpoint_serves,
                                read_export_metadata)
 from finetuning.model_fn import make_model_fn
@@ -58,8 +59,7 @@ class SavedModelRunner:
         if precision not in SERVING_PRECISIONS:
             raise ValueError(f"precision must be one of {', '.join(SERVING_PRECISIONS)}, got "
                              f"{precision!r}")
-        if precision == "int8":
-            _check_int8_serves()
+        check_precision_serves(precision)
         self.name, self.precision = path, precision
         variables = os.path.join(path, "variables", "variables")
         if tf.io.gfile.exists(variables + ".index"):
@@ -112,9 +112,9 @@ class SavedModelRunner:
 FREEZE_LIMIT_BYTES = 512 * 1024 ** 2
 
 
-# fp32: the model as exported; bf16: oneDNN's automatic mixed precision (Grappler's
-# auto_mixed_precision_onednn_bfloat16: matmuls in bfloat16, float32 accumulation, the
-# float32 weights folded to bfloat16 constants once), for CPUs with native bfloat16; int8:
+# fp32: the model as exported; bf16: oneDNN's automatic mixed precision run once on the
+# frozen graph (bf16_graph: matmuls in bfloat16, float32 accumulation, the float32 weights
+# folded to bfloat16 constants), for CPUs with native bfloat16; int8:
 # the encoder's dense layers on oneDNN's int8 matmul, the rest float32 (int8_dense).
 SERVING_PRECISIONS = ("fp32", "bf16", "int8")
 
@@ -129,45 +129,39 @@ def serving_precision(choice="auto"):
     auto never picks int8: it changes answers more than bf16 does (a quarter of a weak SQuAD
     model's answers, as PyTorch's int8 does; bench/serving_precision.py), so a user chooses it
     for a model whose accuracy they have checked in it."""
-    from modeling.core import (cpu_has_native_bfloat16, onednn_capped_below_bfloat16,
-                               onednn_isa_cap)
+    from modeling.core import cpu_has_native_bfloat16
     if choice != "auto":
         if choice not in SERVING_PRECISIONS:
             raise ValueError(f"precision must be auto or one of {', '.join(SERVING_PRECISIONS)}"
                              f", got {choice!r}")
-        if choice == "bf16" and onednn_capped_below_bfloat16():
-            # Grappler's bf16 rewrite would ask oneDNN for a kernel it no longer has, and
-            # TensorFlow aborts the process
-            raise ValueError("--precision=bf16: oneDNN is capped below bfloat16 here "
-                             f"(ONEDNN_MAX_CPU_ISA={onednn_isa_cap()}): serve in fp32, or unset it")
-        if choice == "int8":
-            _check_int8_serves()
+        check_precision_serves(choice)
         return choice
     if cpu_has_native_bfloat16() and not tf.config.list_physical_devices("GPU"):
         return "bf16"
     return "fp32"
 
 
-def _check_int8_serves():
-    from finetuning.int8_dense import int8_unavailable
-    reason = int8_unavailable()
-    if reason:
-        raise ValueError(f"--precision=int8: {reason}")
-
-
-def serving_session_config(precision="fp32"):
-    config = tf1.ConfigProto()
-    if precision == "bf16":
-        from tensorflow.core.protobuf import rewriter_config_pb2
-        config.graph_options.rewrite_options.auto_mixed_precision_onednn_bfloat16 = \
-            rewriter_config_pb2.RewriterConfig.ON
-    return config
+def check_precision_serves(precision):
+    """Raises ValueError (one line, naming the setting) where this process cannot serve in
+    `precision`, before any model loads: bf16 with oneDNN capped below bfloat16 (Grappler's
+    rewrite would ask oneDNN for a kernel it no longer has, and TensorFlow aborts the
+    process), int8 without oneDNN's int8 matmul (`int8_dense.int8_unavailable`)."""
+    from modeling.core import onednn_capped_below_bfloat16, onednn_isa_cap
+    if precision == "bf16" and onednn_capped_below_bfloat16():
+        raise ValueError("--precision=bf16: oneDNN is capped below bfloat16 here "
+                         f"(ONEDNN_MAX_CPU_ISA={onednn_isa_cap()}): serve in fp32, or unset it")
+    if precision == "int8":
+        from finetuning.int8_dense import int8_unavailable
+        reason = int8_unavailable()
+        if reason:
+            raise ValueError(f"--precision=int8: {reason}")
 
 
 def freeze(session, fetches, precision="fp32"):
     """A session of `session`'s graph pruned to `fetches` (tensor names) with its variables
     turned into constants (the old session is closed), computing in `precision`: no variable
-    reads at serving time, and Grappler sees the weights as constants."""
+    reads at serving time, and Grappler sees the weights as constants. Its transposes run on
+    TensorFlow's own kernel (`eigen_transpose`: oneDNN's costs ~40 us a call however small)."""
     graph = session.graph
     keep = sorted({name.split(":")[0] for name in fetches})
     frozen = tf1.graph_util.convert_variables_to_constants(session, graph.as_graph_def(), keep)
@@ -175,10 +169,14 @@ def freeze(session, fetches, precision="fp32"):
     if precision == "int8":
         from finetuning.int8_dense import quantize_dense_layers
         frozen, _ = quantize_dense_layers(frozen, keep)
+    elif precision == "bf16":
+        from finetuning.bf16_graph import bfloat16_graph
+        frozen = bfloat16_graph(frozen, keep)
+    frozen, _ = transpose_as_integers(frozen)  # Eigen's transposes, not oneDNN's
     target = tf.Graph()
     with target.as_default():
         tf1.import_graph_def(frozen, name="")
-    return tf1.Session(graph=target, config=serving_session_config(precision))
+    return tf1.Session(graph=target)
 
 
 class CheckpointRunner:

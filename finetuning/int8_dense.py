@@ -26,7 +26,8 @@ Measured on a 2-core Zen 5 (bench/README.md, "int8"): one 384 -> 1536 layer 1.15
 speed at 24 rows, 3.1x at 128, 2.5x at 1,792, within 1.5-1.8% of float32's largest output.
 At a few rows the int8 kernel costs about what float32's does (80-100 us at 25 rows,
 profiled): it reorders the weight into oneDNN's layout on every call (mkl_qmatmul_op.cc
-compiles its weight cache out for oneDNN 3), so int8 gains from batch 8 up.
+compiles its weight cache out for oneDNN 3), so int8 gains most from batch 8 up (1.30-1.66x
+float32 under an AVX2 cap, 1.12-1.30x at batch 1 once the transposes left oneDNN).
 """
 import os
 

@@ -68,6 +68,17 @@ def minilm_checkpoint(minilm_dir, tmp_path_factory):
     return config, prefix, folder
 
 
+@pytest.fixture(scope="session", params=["classifier", "squad"])
+def exported(request, tmp_path_factory):
+    """(task, SavedModel path): a tiny classifier and a tiny SQuAD model, random weights,
+    exported once a session for the serving tests (tests/serving_models.py)."""
+    from finetuning.tasks import ClassifierTask, SquadTask
+    from serving_models import LENGTH, export_tiny
+    task = (ClassifierTask("sst-2", None, LENGTH) if request.param == "classifier"
+            else SquadTask(max_seq_length=LENGTH))
+    return task, export_tiny(task, tmp_path_factory.mktemp(request.param))
+
+
 @pytest.fixture
 def small_disk(tmp_path):
     """`small_disk(name, size)` mounts a tmpfs of `size` (e.g. "24m") at tmp_path/name: a

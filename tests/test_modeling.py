@@ -298,6 +298,11 @@ def test_a_cpu_stood_in_for_by_an_avx2_cap_neither_picks_nor_aborts_in_bf16():
         "try:\n"
         "    serving_precision('bf16')\n"
         "except ValueError as err:\n"
+        "    print(err)\n"
+        "from finetuning.inference import SavedModelRunner\n"
+        "try:\n"  # a library caller is refused before the model loads, not aborted
+        "    SavedModelRunner('no-such-model', 'bf16')\n"
+        "except ValueError as err:\n"
         "    print(err)\n")
     env = dict(os.environ, ONEDNN_MAX_CPU_ISA="AVX2", TF_ENABLE_ONEDNN_OPTS="1",
                TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
@@ -305,10 +310,11 @@ def test_a_cpu_stood_in_for_by_an_avx2_cap_neither_picks_nor_aborts_in_bf16():
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                           text=True, timeout=300, cwd=REPO)
     assert done.returncode == 0, done.stderr[-2000:]
-    chosen, refused = done.stdout.splitlines()
+    chosen, refused, runner_refused = done.stdout.splitlines()
     assert chosen.split() == ["fp32", "True", "96.0"]
-    assert refused == ("--precision=bf16: oneDNN is capped below bfloat16 here "
-                       "(ONEDNN_MAX_CPU_ISA=AVX2): serve in fp32, or unset it")
+    assert refused == runner_refused == ("--precision=bf16: oneDNN is capped below bfloat16 "
+                                         "here (ONEDNN_MAX_CPU_ISA=AVX2): serve in fp32, or "
+                                         "unset it")
 
 
 # ----------------------------------------------------------------------------- output positions

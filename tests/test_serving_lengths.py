@@ -3,61 +3,12 @@ max_seq_length, `serving_fixed_length` exactly max_seq_length (for Triton's dyna
 both from one set of weights, and a request's outputs do not depend on how far its batch is
 padded; `run_in_batches` batches requests by length, cuts each batch to its longest, and
 answers in the order asked (finetuning/serving_graph.py, finetuning/inference.py)."""
-import types
-
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from finetuning.export import export_saved_model
 from finetuning.inference import SavedModelRunner, run_in_batches
-from finetuning.model_fn import make_model_fn
-from finetuning.tasks import ClassifierTask, SquadTask
-from modeling import named_config
-from training.settings import TrainingSettings
-
-tf1 = tf.compat.v1
-LENGTH = 32
-
-
-def _export(task, folder):
-    """A randomly initialised fine-tuned-looking checkpoint of `task`, exported."""
-    config = named_config("tiny").replace(vocab_size=101)
-    model_fn = make_model_fn(task, TrainingSettings(bert_config=config))
-    with tf.Graph().as_default():
-        tf1.set_random_seed(7)
-        tf1.train.get_or_create_global_step()
-        features = {name: tf1.placeholder(tf.int32, [None, LENGTH], name)
-                    for name in ("input_ids", "input_mask", "segment_ids")}
-        for name in task.extra_serving_inputs:
-            features[name] = tf1.placeholder(tf.int32, [None], name)
-        model_fn(features, None, tf.estimator.ModeKeys.PREDICT)
-        with tf1.Session() as session:
-            session.run(tf1.global_variables_initializer())
-            tf1.train.Saver().save(session, str(folder / "model.ckpt"), global_step=1)
-    estimator = tf.estimator.Estimator(model_fn, model_dir=str(folder))
-    return export_saved_model(estimator, task, str(folder / "export"), LENGTH)
-
-
-def _features(count, rng):
-    """Requests of lengths 3..LENGTH, padded to LENGTH as make_features pads them."""
-    items = []
-    for index in range(count):
-        real = int(rng.integers(3, LENGTH + 1))
-        ids = np.zeros(LENGTH, np.int32)
-        ids[:real] = rng.integers(5, 101, real)
-        mask = (np.arange(LENGTH) < real).astype(np.int32)
-        items.append(types.SimpleNamespace(input_ids=ids, input_mask=mask,
-                                           segment_ids=np.zeros(LENGTH, np.int32),
-                                           unique_id=1000 + index, example_index=index))
-    return items
-
-
-@pytest.fixture(scope="module", params=["classifier", "squad"])
-def exported(request, tmp_path_factory):
-    task = (ClassifierTask("sst-2", None, LENGTH) if request.param == "classifier"
-            else SquadTask(max_seq_length=LENGTH))
-    return task, _export(task, tmp_path_factory.mktemp(request.param))
+from serving_models import LENGTH, request_features
 
 
 def _tolerance(reference):
@@ -76,7 +27,7 @@ def test_both_signatures_share_the_weights_and_pad_nothing_into_the_answer(expor
     for name, spec in fixed.structured_outputs.items():  # static for Triton's config dims
         assert None not in spec.shape.as_list()[1:], (name, spec.shape)
     rng = np.random.default_rng(0)
-    batch = _features(4, rng)
+    batch = request_features(4, rng)
     full = {name: tf.constant(np.stack([getattr(f, name) for f in batch]))
             for name in ("input_ids", "input_mask", "segment_ids")}
     extra = {"unique_ids": tf.constant([f.unique_id for f in batch], tf.int32)} \
@@ -102,7 +53,7 @@ def test_requests_are_batched_by_length_and_answered_in_order(exported):
         return runner(inputs)
 
     recording.fixed_length = None
-    features = _features(10, np.random.default_rng(1))
+    features = request_features(10, np.random.default_rng(1))
     got = run_in_batches(recording, features, task.extra_serving_inputs, batch_size=4)
     # batches of similar length, each cut to its longest request
     lengths = sorted(int(f.input_mask.sum()) for f in features)
@@ -133,7 +84,7 @@ def test_an_export_of_one_length_is_fed_at_that_length():
         return {"probabilities": np.zeros((len(inputs["input_ids"]), 2), np.float32)}
 
     old.fixed_length = LENGTH
-    features = _features(5, np.random.default_rng(2))
+    features = request_features(5, np.random.default_rng(2))
     assert len(run_in_batches(old, features, batch_size=2)) == 5
     assert widths == [LENGTH] * 3
 
@@ -144,7 +95,7 @@ def test_bf16_serving_computes_in_bfloat16_and_stays_near_fp32(exported):
     (2^-8 relative, a few roundings deep in this 2-layer model) of the outputs' scale."""
     from modeling.core import cpu_has_native_bfloat16
     task, path = exported
-    features = _features(6, np.random.default_rng(3))
+    features = request_features(6, np.random.default_rng(3))
     fp32 = run_in_batches(SavedModelRunner(path), features, task.extra_serving_inputs)
     bf16 = run_in_batches(SavedModelRunner(path, "bf16"), features, task.extra_serving_inputs)
     worst = 0.0

@@ -1,0 +1,49 @@
+"""Tiny exported models for the serving tests: a randomly initialised fine-tuned-looking
+checkpoint of a task exported as `inference.py` serves it, and requests for it. The
+`exported` fixture (conftest.py) exports one of each task once a test session."""
+import types
+
+import numpy as np
+import tensorflow as tf
+
+from finetuning.export import export_saved_model
+from finetuning.model_fn import make_model_fn
+from modeling import named_config
+from training.settings import TrainingSettings
+
+tf1 = tf.compat.v1
+LENGTH = 32
+
+
+def export_tiny(task, folder):
+    """A randomly initialised fine-tuned-looking checkpoint of `task` (the tiny BERT),
+    exported at LENGTH; returns the SavedModel's path."""
+    config = named_config("tiny").replace(vocab_size=101)
+    model_fn = make_model_fn(task, TrainingSettings(bert_config=config))
+    with tf.Graph().as_default():
+        tf1.set_random_seed(7)
+        tf1.train.get_or_create_global_step()
+        features = {name: tf1.placeholder(tf.int32, [None, LENGTH], name)
+                    for name in ("input_ids", "input_mask", "segment_ids")}
+        for name in task.extra_serving_inputs:
+            features[name] = tf1.placeholder(tf.int32, [None], name)
+        model_fn(features, None, tf.estimator.ModeKeys.PREDICT)
+        with tf1.Session() as session:
+            session.run(tf1.global_variables_initializer())
+            tf1.train.Saver().save(session, str(folder / "model.ckpt"), global_step=1)
+    estimator = tf.estimator.Estimator(model_fn, model_dir=str(folder))
+    return export_saved_model(estimator, task, str(folder / "export"), LENGTH)
+
+
+def request_features(count, rng):
+    """Requests of lengths 3..LENGTH, padded to LENGTH as make_features pads them."""
+    items = []
+    for index in range(count):
+        real = int(rng.integers(3, LENGTH + 1))
+        ids = np.zeros(LENGTH, np.int32)
+        ids[:real] = rng.integers(5, 101, real)
+        mask = (np.arange(LENGTH) < real).astype(np.int32)
+        items.append(types.SimpleNamespace(input_ids=ids, input_mask=mask,
+                                           segment_ids=np.zeros(LENGTH, np.int32),
+                                           unique_id=1000 + index, example_index=index))
+    return items
