@@ -1,6 +1,7 @@
 """Tiny exported models for the serving tests: a randomly initialised fine-tuned-looking
-checkpoint of a task exported as `inference.py` serves it, and requests for it. The
-`exported` fixture (conftest.py) exports one of each task once a test session."""
+checkpoint of a task exported as `inference.py` serves it, requests for it, and a GraphDef
+run on its own (for the serving graph's rewrites). The `exported` fixture (conftest.py)
+exports one of each task once a test session."""
 import types
 
 import numpy as np
@@ -47,3 +48,13 @@ def request_features(count, rng):
                                            segment_ids=np.zeros(LENGTH, np.int32),
                                            unique_id=1000 + index, example_index=index))
     return items
+
+
+def run_graph(graph_def, fetches, x):
+    """`fetches` (tensor names) of `graph_def` imported into a graph of its own, with `x` fed
+    to its placeholder "x"."""
+    graph = tf.Graph()
+    with graph.as_default():
+        tf1.import_graph_def(graph_def, name="")
+    with tf1.Session(graph=graph) as session:
+        return session.run(fetches, {"x:0": x})

@@ -10,7 +10,7 @@ from finetuning.eigen_transpose import transpose_as_integers
 from finetuning.inference import SavedModelRunner, run_in_batches
 from modeling import named_config
 from modeling.core import cpu_has_native_bfloat16
-from serving_models import request_features
+from serving_models import request_features, run_graph
 
 tf1 = tf.compat.v1
 
@@ -29,14 +29,6 @@ def _small_graph():
     return graph.as_graph_def()
 
 
-def _run(graph_def, x):
-    graph = tf.Graph()
-    with graph.as_default():
-        tf1.import_graph_def(graph_def, name="")
-    with tf1.Session(graph=graph) as session:
-        return session.run(["t32:0", "t16:0", "tint:0"], {"x:0": x})
-
-
 def test_float_transposes_move_the_same_bits_as_integers_under_their_names():
     graph_def = _small_graph()
     rewritten, moved = transpose_as_integers(graph_def)
@@ -49,7 +41,8 @@ def test_float_transposes_move_the_same_bits_as_integers_under_their_names():
     assert "^first" in nodes["t32/as_integers/transpose"].input
     assert nodes["tint"].op == "Transpose"  # an integer transpose is left as it was
     x = np.random.default_rng(0).standard_normal((2, 3, 4, 5)).astype(np.float32)
-    before, after = _run(graph_def, x), _run(rewritten, x)
+    fetches = ["t32:0", "t16:0", "tint:0"]
+    before, after = run_graph(graph_def, fetches, x), run_graph(rewritten, fetches, x)
     np.testing.assert_array_equal(after[0], np.transpose(x, [0, 2, 1, 3]))
     for old, new in zip(before, after):
         assert old.dtype == new.dtype

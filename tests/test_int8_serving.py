@@ -13,7 +13,7 @@ from finetuning.int8_dense import activation_levels, quantize_dense_layers
 from finetuning.inference import SavedModelRunner, run_in_batches
 from modeling import named_config
 
-from serving_models import request_features
+from serving_models import request_features, run_graph
 
 tf1 = tf.compat.v1
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -28,14 +28,6 @@ def _one_dense_layer(weight, bias):
             product = tf.matmul(x, tf.identity(tf.constant(weight)))
             out = tf.nn.bias_add(product, tf.constant(bias), name="BiasAdd")
     return graph.as_graph_def(), out.op.name
-
-
-def _run(graph_def, fetches, x):
-    graph = tf.Graph()
-    with graph.as_default():
-        tf1.import_graph_def(graph_def, name="")
-    with tf1.Session(graph=graph) as session:
-        return session.run(fetches, {"x:0": x})
 
 
 @pytest.mark.parametrize("levels", [None, 127])
@@ -56,8 +48,8 @@ def test_a_dense_layer_computes_its_quantized_product_in_float64(levels):
     def named(op):
         return next(node.name for node in rewritten.node if node.op == op) + ":0"
 
-    got, codes, low, high = _run(rewritten, [name + ":0", named("Bitcast"), named("Min"),
-                                             named("Max")], x)
+    got, codes, low, high = run_graph(rewritten, [name + ":0", named("Bitcast"), named("Min"),
+                                                  named("Max")], x)
     assert (float(low), float(high)) == (float(x.min()), float(x.max()))
     top = levels or activation_levels()
     step = (float(high) - float(low)) / top
@@ -145,13 +137,14 @@ def test_without_vnni_the_codes_stop_where_avx2_sums_in_16_bits_cannot_saturate(
     script = (
         "import numpy as np, tensorflow as tf\n"
         "from finetuning.int8_dense import activation_levels, quantize_dense_layers\n"
-        "from test_int8_serving import _one_dense_layer, _run\n"
+        "from serving_models import run_graph\n"
+        "from test_int8_serving import _one_dense_layer\n"
         "weight = np.abs(np.random.default_rng(0).standard_normal((64, 16))).astype('f4')\n"
         "weight[:, ::2] *= -1\n"
         "x = np.full((4, 64), 3.0, np.float32)\n"
         "x[0, 0] = -1.0\n"
         "graph_def, name = _one_dense_layer(weight, np.zeros(16, np.float32))\n"
-        "got = _run(quantize_dense_layers(graph_def, [name])[0], name + ':0', x)\n"
+        "got = run_graph(quantize_dense_layers(graph_def, [name])[0], name + ':0', x)\n"
         "exact = x.astype(np.float64) @ weight\n"
         "print(activation_levels(), np.abs(got - exact).max() / np.abs(exact).max())\n")
     env = dict(os.environ, ONEDNN_MAX_CPU_ISA="AVX2", TF_ENABLE_ONEDNN_OPTS="1",
