@@ -116,3 +116,30 @@ def test_bf16_serving_computes_in_bfloat16_and_stays_near_fp32(exported):
 def test_an_unknown_serving_precision_is_refused(exported):
     with pytest.raises(ValueError, match="precision must be one of fp32, bf16, int8, got 'int4'"):
         SavedModelRunner(exported[1], "int4")
+
+
+def test_a_served_call_is_one_callable_not_session_run(exported, monkeypatch):
+    """A runner's call goes through its session's handle-based callable, not `Session.run`,
+    whose per-call parsing of feeds and fetches cost ~0.4 ms of a 4 ms batch-1 request; it
+    answers what `Session.run` answers, for each set of inputs given."""
+    task, path = exported
+    runner = SavedModelRunner(path)
+    batch = request_features(3, np.random.default_rng(4))
+    inputs = {name: np.stack([getattr(f, name) for f in batch])
+              for name in ("input_ids", "input_mask", "segment_ids")}
+    if task.extra_serving_inputs:
+        inputs["unique_ids"] = np.array([f.unique_id for f in batch], np.int32)
+    graph = runner._session.graph
+    feeds = {graph.get_tensor_by_name(runner._inputs[name]): value
+             for name, value in inputs.items()}
+    reference = runner._session.run(runner._outputs, feeds)
+
+    def refused(*args, **kwargs):
+        raise AssertionError("Session.run called while serving")
+
+    monkeypatch.setattr(tf.compat.v1.Session, "run", refused)
+    for _ in range(2):  # the callable is made once, then reused
+        got = runner(inputs)
+        assert sorted(got) == sorted(reference)
+        for name, value in reference.items():
+            np.testing.assert_array_equal(got[name], value, err_msg=name)
