@@ -35,7 +35,8 @@ def make_model_fn(task, settings, extra_hooks_fn=None):
                 model = BertModel(settings.bert_config, is_training, part["input_ids"],
                                   part["input_mask"], part["segment_ids"], scope="bert",
                                   compute_type=settings.compute_type,
-                                  output_positions=task.output_positions(part))
+                                  output_positions=task.output_positions(part),
+                                  skip_padding=mode == tf.estimator.ModeKeys.PREDICT)
                 return task.build_outputs(model, part, is_training)
 
         if is_training and len(settings.devices) > 1:

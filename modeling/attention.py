@@ -52,7 +52,7 @@ def select_query_bias(attention_bias, positions):
 
 
 def self_attention(hidden, attention_bias, batch, seq, config, is_training, compute_dtype,
-                   query_hidden=None, query_length=None):
+                   query_hidden=None, query_length=None, real_rows=None):
     """Scaled dot-product attention over all heads.
 
     hidden: [batch*seq, hidden] (any float dtype; projected in `compute_dtype`);
@@ -62,6 +62,9 @@ def self_attention(hidden, attention_bias, batch, seq, config, is_training, comp
       that query, when only their outputs are needed (the last layer under pre-training
       heads reads only the masked and [CLS] positions). Keys and values still come from
       every position, so each selected row's output equals its row of the full layer.
+    real_rows: None, or a `RealRows` of the batch: `hidden` then holds only the real tokens'
+      rows [n, hidden], projected as they are and laid out as [batch, seq] for attention
+      alone; the context returned is then [n, hidden] too.
     Returns the context [batch*seq_q, hidden] in `compute_dtype` (before the output
     projection), seq_q = query_length or seq.
     """
@@ -75,6 +78,8 @@ def self_attention(hidden, attention_bias, batch, seq, config, is_training, comp
                      initializer_range=config.initializer_range)
     value = core.dense(hidden, heads * head_size, "value",
                        initializer_range=config.initializer_range)
+    if real_rows is not None:  # [n, hidden] -> [batch*seq, hidden]
+        query, key, value = (real_rows.pad(x) for x in (query, key, value))
 
     query = _split_heads(query, batch, query_length, heads, head_size)
     key = _split_heads(key, batch, seq, heads, head_size)
@@ -90,4 +95,5 @@ def self_attention(hidden, attention_bias, batch, seq, config, is_training, comp
 
     context = core.matmul(probs, value)                    # [batch, heads, seq_q, head_size]
     context = tf.transpose(context, [0, 2, 1, 3])          # [batch, seq_q, heads, head_size]
-    return tf.reshape(context, [batch * query_length, heads * head_size])
+    context = tf.reshape(context, [batch * query_length, heads * head_size])
+    return context if real_rows is None else real_rows.pack(context)

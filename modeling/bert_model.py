@@ -17,6 +17,7 @@ import tensorflow as tf
 from modeling import core
 from modeling.attention import attention_bias_from_instance_ids, attention_bias_from_mask
 from modeling.embeddings import embedding_lookup, embedding_postprocessor
+from modeling.real_rows import RealRows
 from modeling.transformer import transformer_encoder
 
 tf1 = tf.compat.v1
@@ -59,13 +60,17 @@ class BertModel:
         the [CLS] rows the pooler reads (queries, output projection, feed-forward): the
         same values for about n/seq of that layer's cost, ~6% of a BERT-base
         pre-training step at seq 128 and ~14% of a 6-layer classifier's.
+      skip_padding: the encoder's layers compute only the rows of real tokens
+        (`modeling.real_rows`): a padded position's sequence output is then a copy of a
+        real position's, not its own. For serving, where nothing reads padded positions
+        (training's SQuAD loss takes a softmax over all of them). Not with `packing`.
     """
 
     POOLED_ONLY = "pooled_only"
 
     def __init__(self, config, is_training, input_ids, input_mask=None, token_type_ids=None,
                  use_one_hot_embeddings=False, scope=None, compute_type=tf.float32,
-                 packing=None, output_positions=None):
+                 packing=None, output_positions=None, skip_padding=False):
         self.config = config
         self.compute_type = core.as_compute_dtype(compute_type)
         input_ids = tf.convert_to_tensor(input_ids)
@@ -94,9 +99,11 @@ class BertModel:
             with tf1.variable_scope("encoder"):
                 bias = (attention_bias_from_instance_ids(packing.instance_ids, self.compute_type)
                         if packing else attention_bias_from_mask(input_mask, self.compute_type))
+                if skip_padding and packing:
+                    raise ValueError("skip_padding needs a padding mask, not packed rows")
                 self.all_encoder_layers = transformer_encoder(
                     self.embedding_output, bias, config, is_training, self.compute_type,
-                    final_positions)
+                    final_positions, RealRows(input_mask) if skip_padding else None)
             last_layer = self.all_encoder_layers[-1]
             if final_positions is None:
                 self.sequence_output = last_layer
