@@ -25,8 +25,7 @@ class RealRows:
         first = tf.one_hot(tf.zeros_like(mask[:, 0]), tf.shape(mask)[1], dtype=tf.int32)
         kept = tf.reshape(tf.maximum(mask, first), [-1])                  # [batch*seq] 0/1
         # [n]: where each real row sits in the padded matrix
-        self.rows = tf.reshape(tf.where(kept > 0), [-1])
-        self.rows = tf.cast(self.rows, tf.int32)
+        self.rows = tf.cast(tf.reshape(tf.where(kept > 0), [-1]), tf.int32)
         # [batch*seq]: the real row each position reads (a padded one: the last real before it)
         self.slots = tf.maximum(tf.cumsum(kept) - 1, 0)
 
