@@ -50,6 +50,14 @@ def request_features(count, rng):
     return items
 
 
+def summation_order_tolerance(reference):
+    """Float32 summation-order noise of outputs as large as `reference`: a few hundred ulps
+    of their scale. The computations compared run GEMMs of other shapes (a batch cut to
+    another length, or only its real rows), so other blockings; that alone moves no output
+    further."""
+    return 256 * np.finfo(np.float32).eps * max(1.0, float(np.abs(reference).max()))
+
+
 def run_graph(graph_def, fetches, x):
     """`fetches` (tensor names) of `graph_def` imported into a graph of its own, with `x` fed
     to its placeholder "x"."""

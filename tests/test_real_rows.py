@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 from modeling import BertModel, named_config
+from serving_models import summation_order_tolerance
 
 tf1 = tf.compat.v1
 LENGTHS = [9, 3, 1, 6]  # real tokens of each sequence, padded to 9
@@ -18,12 +19,6 @@ def _batch():
     mask = (np.arange(SEQ)[None, :] < np.array(LENGTHS)[:, None]).astype(np.int32)
     segments = (rng.random((len(LENGTHS), SEQ)) < 0.5).astype(np.int32) * mask
     return ids * mask, mask, segments
-
-
-def _tolerance(reference):
-    """Float32 summation-order noise of outputs this large (the two run GEMMs of other row
-    counts, so other blockings); skipping rows itself changes no real row's inputs."""
-    return 256 * np.finfo(np.float32).eps * max(1.0, float(np.abs(reference).max()))
 
 
 def _run_both(mask, output_positions=None):
@@ -54,8 +49,9 @@ def test_real_positions_and_pooled_output_match_the_padded_encoder():
     assert rows.shape[0] == sum(LENGTHS) < mask.size  # the dense layers saw the real rows
     for row, length in enumerate(LENGTHS):
         np.testing.assert_allclose(sequence_skip[row, :length], sequence[row, :length],
-                                   rtol=0, atol=_tolerance(sequence), err_msg=f"row {row}")
-    np.testing.assert_allclose(pooled_skip, pooled, rtol=0, atol=_tolerance(pooled))
+                                   rtol=0, atol=summation_order_tolerance(sequence),
+                                   err_msg=f"row {row}")
+    np.testing.assert_allclose(pooled_skip, pooled, rtol=0, atol=summation_order_tolerance(pooled))
     assert np.abs(pooled_skip - pooled).max() < np.abs(pooled).max()  # not both zero
 
 
@@ -63,7 +59,7 @@ def test_a_pooled_only_model_skips_padding_until_its_last_layer():
     _, mask, _ = _batch()
     (_, pooled), (_, pooled_skip), rows = _run_both(mask, BertModel.POOLED_ONLY)
     assert rows.shape[0] == sum(LENGTHS)
-    np.testing.assert_allclose(pooled_skip, pooled, rtol=0, atol=_tolerance(pooled))
+    np.testing.assert_allclose(pooled_skip, pooled, rtol=0, atol=summation_order_tolerance(pooled))
 
 
 def test_a_sequence_whose_mask_is_all_padding_keeps_its_first_row():
@@ -76,7 +72,7 @@ def test_a_sequence_whose_mask_is_all_padding_keeps_its_first_row():
     assert rows.shape[0] == sum(LENGTHS)  # row 2's position 0 kept
     others = [0, 1, 3]
     np.testing.assert_allclose(pooled_skip[others], pooled[others], rtol=0,
-                               atol=_tolerance(pooled))
+                               atol=summation_order_tolerance(pooled))
     assert np.isfinite(sequence_skip).all() and np.isfinite(pooled_skip).all()
 
 

@@ -8,13 +8,7 @@ import pytest
 import tensorflow as tf
 
 from finetuning.inference import SavedModelRunner, run_in_batches
-from serving_models import LENGTH, request_features
-
-
-def _tolerance(reference):
-    """Float32 summation-order noise of outputs this large: a few hundred ulps of their scale
-    (the two shapes run other GEMM blockings; padding itself adds exactly nothing)."""
-    return 256 * np.finfo(np.float32).eps * max(1.0, float(np.abs(reference).max()))
+from serving_models import LENGTH, request_features, summation_order_tolerance
 
 
 def test_both_signatures_share_the_weights_and_pad_nothing_into_the_answer(exported):
@@ -39,7 +33,8 @@ def test_both_signatures_share_the_weights_and_pad_nothing_into_the_answer(expor
         value, got = value.numpy(), trimmed[name].numpy()
         if value.ndim == 2 and value.shape[1] == LENGTH:  # per position: the real ones
             value = value[:, :cut]
-        np.testing.assert_allclose(got, value, rtol=0, atol=_tolerance(value), err_msg=name)
+        np.testing.assert_allclose(got, value, rtol=0, atol=summation_order_tolerance(value),
+                                   err_msg=name)
 
 
 def test_requests_are_batched_by_length_and_answered_in_order(exported):
@@ -71,7 +66,7 @@ def test_requests_are_batched_by_length_and_answered_in_order(exported):
             answer = got[index][name]
             if value.ndim == 1 and value.shape[0] == LENGTH:
                 value = value[:answer.shape[0]]
-            np.testing.assert_allclose(answer, value, rtol=0, atol=_tolerance(value),
+            np.testing.assert_allclose(answer, value, rtol=0, atol=summation_order_tolerance(value),
                                        err_msg=f"request {index} {name}")
 
 
