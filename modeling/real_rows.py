@@ -22,8 +22,8 @@ class RealRows:
 
     def __init__(self, input_mask):
         mask = tf.cast(input_mask, tf.int32)
-        first = tf.one_hot(tf.zeros_like(mask[:, 0]), tf.shape(mask)[1], dtype=tf.int32)
-        kept = tf.reshape(tf.maximum(mask, first), [-1])                  # [batch*seq] 0/1
+        with_first = tf.concat([tf.ones_like(mask[:, :1]), mask[:, 1:]], axis=1)
+        kept = tf.reshape(with_first, [-1])                                # [batch*seq] 0/1
         # [n]: where each real row sits in the padded matrix
         self.rows = tf.cast(tf.reshape(tf.where(kept > 0), [-1]), tf.int32)
         # [batch*seq]: the real row each position reads (a padded one: the last real before it)
