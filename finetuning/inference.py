@@ -22,6 +22,7 @@ from finetuning import glue_data, squad_data, squad_postprocess
 from finetuning.eigen_transpose import transpose_as_integers
 from finetuning.export import (SEQUENCE_INPUTS, TASK_FILE, check_checkpoint_serves,
                                read_export_metadata)
+from finetuning.fused_attention_scores import fuse_attention_scores
 from finetuning.model_fn import make_model_fn
 from finetuning.tasks import ClassifierTask, SquadTask
 from modeling.checkpoints import (CheckpointError, check_not_damaged, first_non_finite_variable,
@@ -182,8 +183,10 @@ def check_precision_serves(precision):
 def freeze(session, fetches, precision="fp32"):
     """A session of `session`'s graph pruned to `fetches` (tensor names) with its variables
     turned into constants (the old session is closed), computing in `precision`: no variable
-    reads at serving time, and Grappler sees the weights as constants. Its transposes run on
-    TensorFlow's own kernel (`eigen_transpose`: oneDNN's costs ~40 us a call however small)."""
+    reads at serving time, and Grappler sees the weights as constants. Attention's scores
+    are scaled and masked inside their product (`fused_attention_scores`), and its
+    transposes run on TensorFlow's own kernel (`eigen_transpose`: oneDNN's costs ~40 us a
+    call however small)."""
     graph = session.graph
     keep = sorted({name.split(":")[0] for name in fetches})
     frozen = tf1.graph_util.convert_variables_to_constants(session, graph.as_graph_def(), keep)
@@ -194,6 +197,7 @@ def freeze(session, fetches, precision="fp32"):
     elif precision == "bf16":
         from finetuning.bf16_graph import bfloat16_graph
         frozen = bfloat16_graph(frozen, keep)
+    frozen, _ = fuse_attention_scores(frozen)  # scale and mask inside the product
     frozen, _ = transpose_as_integers(frozen)  # Eigen's transposes, not oneDNN's
     target = tf.Graph()
     with target.as_default():
