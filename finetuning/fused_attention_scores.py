@@ -64,7 +64,7 @@ def _fusions(graph_def):
         for source in node.input:
             name = source.lstrip("^").split(":")[0]
             readers[name] = readers.get(name, 0) + 1
-    shapes = _static_shapes(graph_def)
+    shapes = static_shapes(graph_def)
     fusible_types = _fusible_types()
 
     def only_output_read_once(name):
@@ -113,7 +113,7 @@ def _product_and_scale(mul, nodes, only_output_read_once, shapes):
     return None
 
 
-def _static_shapes(graph_def):
+def static_shapes(graph_def):
     """{output name (node name for output 0): TensorShape} as TensorFlow infers them. The
     weights' constants stand in as placeholders of their shape: the same shapes follow,
     without copying the weights into a second graph."""

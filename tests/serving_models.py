@@ -58,6 +58,14 @@ def summation_order_tolerance(reference):
     return 256 * np.finfo(np.float32).eps * max(1.0, float(np.abs(reference).max()))
 
 
+def served_nodes(runner):
+    """The NodeDefs a `SavedModelRunner` serves a call of few rows with: its frozen graph
+    without the many-rows copy (finetuning/fused_layer_norm.py), which repeats the encoder."""
+    from finetuning.fused_layer_norm import PREFIX
+    return [node for node in runner._session.graph.as_graph_def().node
+            if not node.name.startswith(PREFIX)]
+
+
 def run_graph(graph_def, fetches, x):
     """`fetches` (tensor names) of `graph_def` imported into a graph of its own, with `x` fed
     to its placeholder "x"."""

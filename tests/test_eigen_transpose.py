@@ -10,7 +10,7 @@ from finetuning.eigen_transpose import transpose_as_integers
 from finetuning.inference import SavedModelRunner, run_in_batches
 from modeling import named_config
 from modeling.core import cpu_has_native_bfloat16
-from serving_models import request_features, run_graph
+from serving_models import request_features, run_graph, served_nodes
 
 tf1 = tf.compat.v1
 
@@ -67,14 +67,14 @@ def test_a_served_model_transposes_no_floats_and_answers_exactly_as_before(
     task, path = exported
     layers = named_config("tiny").num_hidden_layers
     served = SavedModelRunner(path, precision)
-    nodes = served._session.graph.as_graph_def().node
+    nodes = served_nodes(served)
     float_types = {tf.float32.as_datatype_enum, tf.bfloat16.as_datatype_enum}
     assert not [node.name for node in nodes
                 if node.op == "Transpose" and node.attr["T"].type in float_types]
     assert sum(node.op == "Transpose" for node in nodes) >= 4 * layers
     monkeypatch.setattr(inference, "transpose_as_integers", lambda graph_def: (graph_def, 0))
     unrewritten = SavedModelRunner(path, precision)
-    before = unrewritten._session.graph.as_graph_def().node
+    before = served_nodes(unrewritten)
     assert sum(node.op == "Bitcast" for node in before) == 0
     if precision == "bf16" and cpu_has_native_bfloat16():
         # the bf16 rewrite ran first (bf16_graph): attention's transposes move bfloat16 bits

@@ -10,7 +10,7 @@ from finetuning.fused_attention_scores import FUSED_OP, fuse_attention_scores
 from finetuning.inference import SavedModelRunner, run_in_batches
 from modeling import named_config
 from modeling.core import cpu_has_native_bfloat16
-from serving_models import request_features, summation_order_tolerance
+from serving_models import request_features, served_nodes, summation_order_tolerance
 
 tf1 = tf.compat.v1
 BATCH, HEADS, SEQ, SIZE = 2, 3, 5, 4
@@ -101,7 +101,7 @@ def test_a_served_model_fuses_every_layer_and_answers_as_before(exported, precis
     task, path = exported
     layers = named_config("tiny").num_hidden_layers
     served = SavedModelRunner(path, precision)
-    ops = [node.op for node in served._session.graph.as_graph_def().node]
+    ops = [node.op for node in served_nodes(served)]
     # one fused product a layer; the other product left is the context's (probabilities x value)
     assert ops.count(FUSED_OP) == layers and ops.count("BatchMatMulV2") == layers
     monkeypatch.setattr(inference, "fuse_attention_scores", lambda graph_def: (graph_def, 0))

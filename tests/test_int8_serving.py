@@ -13,7 +13,7 @@ from finetuning.int8_dense import activation_levels, quantize_dense_layers
 from finetuning.inference import SavedModelRunner, run_in_batches
 from modeling import named_config
 
-from serving_models import request_features, run_graph
+from serving_models import request_features, run_graph, served_nodes
 
 tf1 = tf.compat.v1
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -77,13 +77,13 @@ def test_a_served_model_has_every_encoder_dense_layer_in_int8_and_its_head_in_fl
     fp32_runner, int8_runner = SavedModelRunner(path), SavedModelRunner(path, "int8")
 
     def count(runner, op):
-        return sum(node.op == op for node in runner._session.graph.as_graph_def().node)
+        return sum(node.op == op for node in served_nodes(runner))
 
     assert count(int8_runner, "QuantizedMatMulWithBiasAndDequantize") == 6 * layers
     # one a layer for query, key and value; the classifier's last layer asks its query of
     # the [CLS] row alone (`output_positions`), a quantization of its own
     codes = sum(node.op == "Bitcast" and node.attr["type"].type == tf.quint8.as_datatype_enum
-                for node in int8_runner._session.graph.as_graph_def().node)
+                for node in served_nodes(int8_runner))
     assert 4 * layers <= codes <= 4 * layers + 1
     assert count(int8_runner, "MatMul") == count(fp32_runner, "MatMul") - 6 * layers >= 1
     features = request_features(6, np.random.default_rng(4))

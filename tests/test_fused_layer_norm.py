@@ -1,0 +1,116 @@
+"""A frozen serving graph holds a copy of what its layer norms feed with each layer norm as
+oneDNN's one op (finetuning/fused_layer_norm.py), the weights shared, and a served call with
+many real tokens takes the copy: the same answers either way."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from finetuning import fused_layer_norm, inference
+from finetuning.fused_attention_scores import fusion_available
+from finetuning.fused_layer_norm import FUSED_OP, MANY_ROWS, PREFIX, many_rows_variant
+from finetuning.inference import SavedModelRunner, run_in_batches
+from modeling import core
+from serving_models import request_features, summation_order_tolerance
+
+tf1 = tf.compat.v1
+WIDTH = 16
+needs_kernel = pytest.mark.skipif(not fusion_available(), reason="oneDNN is off in this "
+                                  "process: there is no fused layer norm to use")
+
+
+def _frozen_two_layer_norms():
+    """x [rows, WIDTH] -> layer norm -> matmul -> layer norm = "out"; "side" = 2x reads no
+    layer norm. The model's own `core.layer_norm`, its variables frozen as a served graph's.
+    Returns (GraphDef, {name: weight value})."""
+    graph = tf.Graph()
+    rng = np.random.default_rng(2)
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [None, WIDTH], name="x")
+        first = core.layer_norm(x, name="first")
+        weight = tf.constant(rng.standard_normal((WIDTH, WIDTH)).astype(np.float32), name="w")
+        second = core.layer_norm(tf.matmul(first, weight), name="second")
+        tf.identity(second, name="out")
+        tf.identity(2.0 * x, name="side")
+        with tf1.Session(graph=graph) as session:
+            variables = tf1.global_variables()
+            for variable in variables:
+                session.run(variable.assign(
+                    rng.standard_normal(variable.shape).astype(np.float32)))
+            values = dict(zip([v.op.name for v in variables], session.run(variables)))
+            values["w"] = session.run(weight)
+            frozen = tf1.graph_util.convert_variables_to_constants(
+                session, graph.as_graph_def(), ["out", "side"])
+    return frozen, values
+
+
+def _layer_norm64(x, gamma, beta):
+    x = x.astype(np.float64)
+    centred = x - x.mean(-1, keepdims=True)
+    return centred / np.sqrt((centred ** 2).mean(-1, keepdims=True) + 1e-12) * gamma + beta
+
+
+def _run(graph_def, fetches, x):
+    graph = tf.Graph()
+    with graph.as_default():
+        tf1.import_graph_def(graph_def, name="")
+    with tf1.Session(graph=graph) as session:
+        return session.run(fetches, {"x:0": x})
+
+
+@needs_kernel
+def test_the_copy_fuses_each_layer_norm_shares_the_weights_and_computes_the_same():
+    graph_def, values = _frozen_two_layer_norms()
+    combined, many_rows = many_rows_variant(graph_def, ["out:0", "side:0"])
+    assert many_rows == {"out:0": PREFIX + "out:0", "side:0": "side:0"}
+    originals = [node for node in combined.node if not node.name.startswith(PREFIX)]
+    copies = [node for node in combined.node if node.name.startswith(PREFIX)]
+    assert [(n.name, n.op) for n in originals] == [(n.name, n.op) for n in graph_def.node]
+    assert sum(node.op == FUSED_OP for node in copies) == 2
+    assert not any(node.op == "Const" and node.attr["value"].tensor.tensor_content
+                   for node in copies)  # the weights are read from the originals
+    assert not any(node.name == PREFIX + "side" for node in copies)
+    x = np.random.default_rng(5).standard_normal((MANY_ROWS + 7, WIDTH)).astype(np.float32) * 3
+    plain, fused, side = _run(combined, ["out:0", PREFIX + "out:0", "side:0"], x)
+    first = _layer_norm64(x, values["first/gamma"], values["first/beta"])
+    expected = _layer_norm64(first @ values["w"], values["second/gamma"],
+                             values["second/beta"])
+    tolerance = summation_order_tolerance(expected)
+    np.testing.assert_allclose(plain, expected, rtol=0, atol=tolerance)
+    np.testing.assert_allclose(fused, expected, rtol=0, atol=tolerance)
+    np.testing.assert_array_equal(side, 2 * x)
+
+
+def test_no_layer_norm_or_no_kernel_leaves_the_graph_as_it_is(monkeypatch):
+    graph = tf.Graph()
+    with graph.as_default():
+        x = tf1.placeholder(tf.float32, [None, WIDTH], name="x")
+        tf.identity(x - tf.reduce_mean(x, -1, keepdims=True), name="out")
+    plain = graph.as_graph_def()
+    assert many_rows_variant(plain, ["out:0"]) == (plain, {})
+    layer_norms, _ = _frozen_two_layer_norms()
+    monkeypatch.setattr(fused_layer_norm, "fusion_available", lambda: False)
+    assert many_rows_variant(layer_norms, ["out:0"]) == (layer_norms, {})
+
+
+@needs_kernel
+def test_a_served_call_takes_the_copy_from_many_real_tokens_and_answers_the_same(
+        exported, monkeypatch):
+    """A batch holding MANY_ROWS real tokens or more is served by the copy, a smaller one by
+    the graph as it was; both answer what a runner without the copy answers."""
+    task, path = exported
+    served = SavedModelRunner(path)
+    monkeypatch.setattr(inference, "many_rows_variant", lambda graph_def, fetches: (graph_def, {}))
+    plain = SavedModelRunner(path)
+    features = request_features(24, np.random.default_rng(8))
+    tokens = sum(int(f.input_mask.sum()) for f in features)
+    assert tokens >= MANY_ROWS > int(features[0].input_mask.sum())
+    for batch_size in (len(features), 1):
+        got = run_in_batches(served, features, task.extra_serving_inputs, batch_size)
+        expected = run_in_batches(plain, features, task.extra_serving_inputs, batch_size)
+        for answer, reference in zip(got, expected):
+            for name, value in reference.items():
+                np.testing.assert_allclose(answer[name], value, rtol=0,
+                                           atol=summation_order_tolerance(value))
+    fetched = [fetch for _, fetch in served._call._callables]
+    assert any(f.startswith(PREFIX) for f in fetched)      # the whole batch: the copy
+    assert any(not f.startswith(PREFIX) for f in fetched)  # one request: as it was
