@@ -13,7 +13,8 @@ in its best ordinary practice:
 * ours (MODEL a SavedModel exported by run_classifier.py / run_squad.py), as `inference.py`
   serves: `model` feeds `finetuning.inference.run_in_batches` (each batch padded to its
   longest request) through `SavedModelRunner` (the `serving_default` signature); `text` is
-  `finetuning.inference.classify`, tokenization and labels included;
+  `finetuning.inference.classify`, tokenization and labels included; the runner warmed up
+  first (`SavedModelRunner.warm_up`), as a server does;
 * HuggingFace (MODEL a folder of the same weights): each batch padded to its longest (with
   NumPy for `model`, the cheapest way in; its fast tokenizer with `padding=True` for `text`),
   torch's inference mode, SDPA attention; `text` takes the argmax label.
@@ -59,6 +60,7 @@ def ours(model, task, mode):
     if mode == "text":
         from data_prep.wordpiece.tokenization import FullTokenizer
         loaded_task, runner, vocab, lower = load_saved_model(model, precision=PRECISION)
+        runner.warm_up()  # as a server does before it takes requests
         tokenizer = FullTokenizer(vocab, lower)
 
         def serve_text(batch):
@@ -66,6 +68,7 @@ def ours(model, task, mode):
             return {"labels": np.array([a["label"] for a in answers])}
         return serve_text
     runner = SavedModelRunner(model, PRECISION)
+    runner.warm_up()
     extra = ("unique_ids",) if task == "squad" else ()
     keys = ("start_logits", "end_logits") if task == "squad" else ("probabilities",)
 

@@ -114,3 +114,14 @@ def test_a_served_call_takes_the_copy_from_many_real_tokens_and_answers_the_same
     fetched = [fetch for _, fetch in served._call._callables]
     assert any(f.startswith(PREFIX) for f in fetched)      # the whole batch: the copy
     assert any(not f.startswith(PREFIX) for f in fetched)  # one request: as it was
+
+
+@needs_kernel
+def test_warming_up_runs_both_variants_once(exported):
+    """`warm_up` leaves a callable of each variant, so no request pays a first run."""
+    _, path = exported
+    served = SavedModelRunner(path)
+    assert not served._call._callables
+    served.warm_up()
+    fetched = [fetch for _, fetch in served._call._callables]
+    assert len(fetched) == 2 and sum(f.startswith(PREFIX) for f in fetched) == 1
