@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from finetuning import inference
+from finetuning import frozen_session
 from finetuning.eigen_transpose import transpose_as_integers
 from finetuning.inference import SavedModelRunner, run_in_batches
 from modeling import named_config
@@ -72,7 +72,7 @@ def test_a_served_model_transposes_no_floats_and_answers_exactly_as_before(
     assert not [node.name for node in nodes
                 if node.op == "Transpose" and node.attr["T"].type in float_types]
     assert sum(node.op == "Transpose" for node in nodes) >= 4 * layers
-    monkeypatch.setattr(inference, "transpose_as_integers", lambda graph_def: (graph_def, 0))
+    monkeypatch.setattr(frozen_session, "transpose_as_integers", lambda graph_def: (graph_def, 0))
     unrewritten = SavedModelRunner(path, precision)
     before = served_nodes(unrewritten)
     assert sum(node.op == "Bitcast" for node in before) == 0

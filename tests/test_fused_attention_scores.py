@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from finetuning import fused_attention_scores, inference
+from finetuning import frozen_session, fused_attention_scores
 from finetuning.fused_attention_scores import FUSED_OP, fuse_attention_scores
 from finetuning.inference import SavedModelRunner, run_in_batches
 from modeling import named_config
@@ -104,7 +104,7 @@ def test_a_served_model_fuses_every_layer_and_answers_as_before(exported, precis
     ops = [node.op for node in served_nodes(served)]
     # one fused product a layer; the other product left is the context's (probabilities x value)
     assert ops.count(FUSED_OP) == layers and ops.count("BatchMatMulV2") == layers
-    monkeypatch.setattr(inference, "fuse_attention_scores", lambda graph_def: (graph_def, 0))
+    monkeypatch.setattr(frozen_session, "fuse_attention_scores", lambda graph_def: (graph_def, 0))
     unfused = SavedModelRunner(path, precision)
     float32 = SavedModelRunner(path, "fp32")
     features = request_features(6, np.random.default_rng(9))

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from finetuning import fused_layer_norm, inference
+from finetuning import frozen_session, fused_layer_norm
 from finetuning.fused_attention_scores import fusion_available
 from finetuning.fused_layer_norm import FUSED_OP, MANY_ROWS, PREFIX, many_rows_variant
 from finetuning.inference import SavedModelRunner, run_in_batches
@@ -99,7 +99,7 @@ def test_a_served_call_takes_the_copy_from_many_real_tokens_and_answers_the_same
     the graph as it was; both answer what a runner without the copy answers."""
     task, path = exported
     served = SavedModelRunner(path)
-    monkeypatch.setattr(inference, "many_rows_variant", lambda graph_def, fetches: (graph_def, {}))
+    monkeypatch.setattr(frozen_session, "many_rows_variant", lambda graph_def, fetches: (graph_def, {}))
     plain = SavedModelRunner(path)
     features = request_features(24, np.random.default_rng(8))
     tokens = sum(int(f.input_mask.sum()) for f in features)
