@@ -21,17 +21,12 @@ The kernel exists only where oneDNN is on, on the CPU: nothing is rewritten with
 a CPU that multiplies bfloat16 natively, which is where a bf16 serving graph runs them.
 """
 import tensorflow as tf
-from tensorflow.python.util import _pywrap_util_port
+
+from finetuning.graph_nodes import fusion_available, has_control_input, readers, static_shapes
 
 tf1 = tf.compat.v1
 
 FUSED_OP = "_MklFusedBatchMatMulV2"
-WEIGHT_BYTES = 4096  # constants larger than this are weights: their values shape nothing
-
-
-def fusion_available():
-    """Whether this process has oneDNN's fused batched matmul and no GPU to run the graph."""
-    return _pywrap_util_port.IsMklEnabled() and not tf.config.list_physical_devices("GPU")
 
 
 def fuse_attention_scores(graph_def):
@@ -59,21 +54,18 @@ class _Fusion:
 def _fusions(graph_def):
     """{add's name: _Fusion} for each add the pattern matches."""
     nodes = {node.name: node for node in graph_def.node}
-    readers = {}
-    for node in graph_def.node:
-        for source in node.input:
-            name = source.lstrip("^").split(":")[0]
-            readers[name] = readers.get(name, 0) + 1
+    read_by = readers(graph_def)
     shapes = static_shapes(graph_def)
     fusible_types = _fusible_types()
 
     def only_output_read_once(name):
         node = nodes.get(name)
-        return node is not None and readers.get(name) == 1 and not _has_control_input(node)
+        return (node is not None and len(read_by.get(name, ())) == 1
+                and not has_control_input(node))
 
     fused = {}
     for add in graph_def.node:
-        if add.op != "AddV2" or _has_control_input(add):
+        if add.op != "AddV2" or has_control_input(add):
             continue
         for mul_side in (0, 1):
             mul_name, addend = add.input[mul_side], add.input[1 - mul_side]
@@ -113,40 +105,9 @@ def _product_and_scale(mul, nodes, only_output_read_once, shapes):
     return None
 
 
-def static_shapes(graph_def):
-    """{output name (node name for output 0): TensorShape} as TensorFlow infers them. The
-    weights' constants stand in as placeholders of their shape: the same shapes follow,
-    without copying the weights into a second graph."""
-    outline = tf1.GraphDef()
-    outline.versions.CopyFrom(graph_def.versions)
-    outline.library.CopyFrom(graph_def.library)
-    for node in graph_def.node:
-        copy = outline.node.add()
-        tensor = node.attr["value"].tensor if node.op == "Const" else None
-        if tensor is not None and len(tensor.tensor_content) > WEIGHT_BYTES:
-            copy.name, copy.op, copy.device = node.name, "Placeholder", node.device
-            copy.attr["dtype"].type = tensor.dtype
-            copy.attr["shape"].shape.CopyFrom(tensor.tensor_shape)
-        else:
-            copy.CopyFrom(node)
-    graph = tf.Graph()
-    with graph.as_default():
-        tf1.import_graph_def(outline, name="")
-    shapes = {}
-    for operation in graph.get_operations():
-        for index, output in enumerate(operation.outputs):
-            name = operation.name if index == 0 else f"{operation.name}:{index}"
-            shapes[name] = output.shape
-    return shapes
-
-
 def _fusible_types():
     from modeling.core import cpu_has_native_bfloat16, onednn_capped_below_bfloat16
     types = {tf.float32.as_datatype_enum}
     if cpu_has_native_bfloat16() and not onednn_capped_below_bfloat16():
         types.add(tf.bfloat16.as_datatype_enum)
     return types
-
-
-def _has_control_input(node):
-    return any(source.startswith("^") for source in node.input)

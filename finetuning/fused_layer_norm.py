@@ -24,7 +24,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import tensor_util
 
-from finetuning.fused_attention_scores import fusion_available, static_shapes
+from finetuning.graph_nodes import fusion_available, has_control_input, readers, static_shapes
 
 tf1 = tf.compat.v1
 
@@ -61,13 +61,10 @@ def many_rows_variant(graph_def, fetches):
 
 def _fed_by(graph_def, roots):
     """Names of `roots` and every node reading them, directly or not."""
-    readers = {}
-    for node in graph_def.node:
-        for source in node.input:
-            readers.setdefault(source.lstrip("^").split(":")[0], []).append(node.name)
+    read_by = readers(graph_def)
     reached, pending = set(roots), list(roots)
     while pending:
-        for reader in readers.get(pending.pop(), ()):
+        for reader in read_by.get(pending.pop(), ()):
             if reader not in reached:
                 reached.add(reader)
                 pending.append(reader)
@@ -96,7 +93,7 @@ def _fused_layer_norms(graph_def):
 
     fused = {}
     for shift in graph_def.node:
-        if shift.op != "AddV2" or any(source.startswith("^") for source in shift.input):
+        if shift.op != "AddV2" or has_control_input(shift):
             continue
         scaled, beta = node_of(shift.input[0], "Mul"), shift.input[1]
         normed = node_of(scaled.input[0], "Mul") if scaled is not None else None

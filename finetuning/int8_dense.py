@@ -34,6 +34,8 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from finetuning.graph_nodes import readers
+
 tf1 = tf.compat.v1
 
 ENCODER_SCOPE = "/encoder/"
@@ -66,11 +68,7 @@ class _Graph:
 
     def __init__(self, graph_def):
         self.nodes = {node.name: node for node in graph_def.node}
-        self.consumers = {}
-        for node in graph_def.node:
-            for source in node.input:
-                source = source.lstrip("^").split(":")[0]
-                self.consumers[source] = self.consumers.get(source, 0) + 1
+        self.consumers = {name: len(names) for name, names in readers(graph_def).items()}
 
     def constant(self, name):
         node = self.nodes.get(name.split(":")[0])

@@ -1,0 +1,54 @@
+"""What the load-time rewrites of a frozen serving graph (`fused_attention_scores`,
+`fused_layer_norm`, `int8_dense`) ask of a GraphDef: who reads a node, whether it waits on a
+control input, the static shapes TensorFlow infers, and whether oneDNN's fused kernels run."""
+import tensorflow as tf
+from tensorflow.python.util import _pywrap_util_port
+
+tf1 = tf.compat.v1
+
+WEIGHT_BYTES = 4096  # constants larger than this are weights: their values shape nothing
+
+
+def fusion_available():
+    """Whether this process has oneDNN's fused batched matmul and no GPU to run the graph."""
+    return _pywrap_util_port.IsMklEnabled() and not tf.config.list_physical_devices("GPU")
+
+
+def readers(graph_def):
+    """{node name: [names of the nodes reading it, once per input, control inputs too]}."""
+    read_by = {}
+    for node in graph_def.node:
+        for source in node.input:
+            read_by.setdefault(source.lstrip("^").split(":")[0], []).append(node.name)
+    return read_by
+
+
+def has_control_input(node):
+    return any(source.startswith("^") for source in node.input)
+
+
+def static_shapes(graph_def):
+    """{output name (node name for output 0): TensorShape} as TensorFlow infers them. The
+    weights' constants stand in as placeholders of their shape: the same shapes follow,
+    without copying the weights into a second graph."""
+    outline = tf1.GraphDef()
+    outline.versions.CopyFrom(graph_def.versions)
+    outline.library.CopyFrom(graph_def.library)
+    for node in graph_def.node:
+        copy = outline.node.add()
+        tensor = node.attr["value"].tensor if node.op == "Const" else None
+        if tensor is not None and len(tensor.tensor_content) > WEIGHT_BYTES:
+            copy.name, copy.op, copy.device = node.name, "Placeholder", node.device
+            copy.attr["dtype"].type = tensor.dtype
+            copy.attr["shape"].shape.CopyFrom(tensor.tensor_shape)
+        else:
+            copy.CopyFrom(node)
+    graph = tf.Graph()
+    with graph.as_default():
+        tf1.import_graph_def(outline, name="")
+    shapes = {}
+    for operation in graph.get_operations():
+        for index, output in enumerate(operation.outputs):
+            name = operation.name if index == 0 else f"{operation.name}:{index}"
+            shapes[name] = output.shape
+    return shapes
