@@ -28,14 +28,14 @@ class SessionCall:
 
     def __init__(self, session, inputs, outputs, many_rows=None):
         self._session, self._inputs, self._outputs = session, inputs, outputs
-        self._many_rows = many_rows or {}
+        self.many_rows = many_rows or {}
         self._callables = {}
 
     def __call__(self, inputs):
         names = tuple(sorted(inputs))
         fetches = list(self._outputs.values())
-        if self._many_rows and _real_tokens(inputs) >= MANY_ROWS:
-            fetches = [self._many_rows[name] for name in fetches]
+        if self.many_rows and _real_tokens(inputs) >= MANY_ROWS:
+            fetches = [self.many_rows[name] for name in fetches]
         call = self._callables.get((names, fetches[0]))
         if call is None:
             options = config_pb2.CallableOptions(

@@ -98,7 +98,6 @@ class SavedModelRunner:
         else:
             self._session = session
         self._call = SessionCall(self._session, self._inputs, self._outputs, many_rows)
-        self._many_rows = bool(many_rows)
 
     def __call__(self, inputs):
         return self._call(inputs)
@@ -111,7 +110,7 @@ class SavedModelRunner:
         30 ms ones, measured). A batch job pays the same either way and need not."""
         length = self.fixed_length or 8
         # (batch, real tokens a request): one token, then at least MANY_ROWS in all
-        calls = ((1, 1), (-(-MANY_ROWS // length), length)) if self._many_rows else ((1, 1),)
+        calls = ((1, 1), (-(-MANY_ROWS // length), length)) if self._call.many_rows else ((1, 1),)
         for batch, real in calls:
             inputs = {name: np.zeros([batch, length] if name in SEQUENCE_INPUTS else [batch],
                                      np.int32) for name in self._inputs}
