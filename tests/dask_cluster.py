@@ -11,8 +11,30 @@ import sys
 import time
 
 import distributed
+from distributed.diagnostics.plugin import SchedulerPlugin
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(TESTS)
+
+
+class HandshakeSpoiler(SchedulerPlugin):
+    """The next `count` clients to connect meet another client's cancel in their handshake:
+    the scheduler tells every client of each cancel, and this one is queued after the new
+    client's reply ("stream-start") and before that reply's batch is flushed, so both arrive
+    together, which distributed's Client does not expect (Client._ensure_connected). By chance,
+    this needs jobs sharing a scheduler, one cancelling as another connects."""
+
+    name = "handshake-spoiler"
+
+    def __init__(self, count):
+        self.count = count
+        self.spoiled = 0
+
+    def add_client(self, scheduler, client):
+        if self.spoiled < self.count:
+            self.spoiled += 1
+            scheduler.loop.add_callback(scheduler.report, {
+                "op": "cancelled-keys", "keys": [], "reason": "test", "msg": ""})
 
 
 class DaskCluster:
@@ -37,7 +59,7 @@ class DaskCluster:
         process = subprocess.Popen(
             [sys.executable, "-m"] + args + ["--scheduler-file", self.scheduler_file],
             cwd=REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=dict(os.environ, PYTHONPATH=REPO, **(env or {})))
+            env=dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, TESTS]), **(env or {})))
         log.close()
         self.processes.append(process)
         return process
@@ -74,6 +96,13 @@ class DaskCluster:
     @property
     def worker_processes(self):
         return self.processes[1:]
+
+    def spoil_handshakes(self, count):
+        """Install a HandshakeSpoiler for the next `count` clients; returns a callable that
+        says how many it has spoiled."""
+        self.client.register_plugin(HandshakeSpoiler(count))
+        return lambda: self.client.run_on_scheduler(
+            lambda dask_scheduler: dask_scheduler.plugins[HandshakeSpoiler.name].spoiled)
 
     def task_cursor(self):
         return self.client.run_on_scheduler(

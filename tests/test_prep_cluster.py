@@ -3,6 +3,7 @@
 process for 1, 2 and 4 workers; a worker killed mid-shard has its shard redone; a rerun after
 the coordinator is killed writes only the missing shards; bad input and a bad scheduler are
 one line. (Two ssh "hosts" and Slurm: tests/test_prep_cluster_hosts.py.)"""
+import operator
 import os
 import re
 import subprocess
@@ -183,6 +184,38 @@ def test_bad_utf8_in_the_middle_is_one_line_naming_file_and_offset_from_a_worker
     line = assert_clean_error(local, str(corpus), f"byte offset {len(good) * 30 + 4}")
     remote = run_bertprep(args + ["--dask_scheduler", dask.scheduler_file])
     assert assert_clean_error(remote) == line
+
+
+def test_jobs_sharing_a_scheduler_do_not_break_each_others_handshake(dask, tmp_path):
+    """distributed's scheduler tells every client of each cancel, and a client whose handshake
+    reply shares a batch with one fails with a bare AssertionError (CI met it once: three
+    bertPrep runs on one scheduler, one finishing as another connected). A run that finishes
+    cancels nothing; one that connects as
+    another client cancels tries again, and one line says when every try failed."""
+    from data_prep.processes.cluster import HANDSHAKE_ATTEMPTS, ClusterOptions, DaskRunner
+    dask.add_workers(1)
+    options = ClusterOptions(dask_scheduler=dask.scheduler_file)
+    with DaskRunner(options, str(tmp_path)) as runner:
+        results = sorted((name, value) for name, value, error in
+                         runner.run(operator.add, [(1, 2), (3, 4)], ["a", "b"]))
+        ours = runner.client.id
+    assert results == [("a", 3), ("b", 7)]
+    actions = dask.client.run_on_scheduler(
+        lambda dask_scheduler: [event.get("action") for _, event in
+                                dask_scheduler.get_events(ours)])
+    assert "cancel" not in actions and actions, actions
+
+    spoiled = dask.spoil_handshakes(2)
+    with DaskRunner(options, str(tmp_path)) as runner:   # the third try
+        assert runner.workers == 1
+    assert spoiled() == 2
+    dask.spoil_handshakes(HANDSHAKE_ATTEMPTS)   # a scheduler busy past reason: one line
+    (tmp_path / "corpus.txt").write_text("One document. Two sentences.\n" * 4)
+    proc = run_bertprep(["--working_dir", str(tmp_path / "wd"), "--action", "sharding",
+                         "--dataset", "custom", "--input", str(tmp_path / "corpus.txt"),
+                         "--dask_scheduler", dask.scheduler_file])
+    assert_clean_error(proc, "--dask_scheduler", dask.scheduler_file,
+                       f"answered {HANDSHAKE_ATTEMPTS} handshakes out of turn")
 
 
 def test_a_bad_scheduler_or_both_flags_are_one_line(tmp_path):

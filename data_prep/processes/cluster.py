@@ -58,6 +58,11 @@ WORKERS_TIMEOUT_S = float(os.environ.get("BERT_PREP_WORKERS_TIMEOUT", "120"))
 # The reason distributed's Client gives the futures it cancels when its scheduler connection
 # closes (distributed/client.py, Client._reconnect).
 SCHEDULER_LOST = "scheduler-connection-lost"
+# distributed's handshake expects the scheduler's first batch to hold its one reply, but the
+# scheduler sends every client's cancel to all clients: one batched (2 ms) with the reply fails
+# the handshake with a bare AssertionError (distributed/client.py, Client._ensure_connected).
+# Jobs sharing a scheduler cancel while another connects; the next try meets a quiet moment.
+HANDSHAKE_ATTEMPTS = 5
 _SCHEDULER_FILE_HELP = ("give the file `dask scheduler --scheduler-file FILE` writes, or the "
                         "scheduler's address such as tcp://host:8786")
 
@@ -183,6 +188,15 @@ def _silence_dask_logs() -> None:
         logging.getLogger(name).disabled = True
 
 
+def _close_half_open_client() -> None:
+    """Close the Client whose handshake just failed: distributed makes a Client the default
+    before it connects and closes it after an OSError, not after this AssertionError; left
+    open, its event loop broke the next Client (`assert loop is not None` after 10 s)."""
+    from distributed import default_client
+    with contextlib.suppress(Exception):
+        default_client().close()
+
+
 def _worker_sees(path: str) -> Tuple[str, bool]:
     return socket.gethostname(), os.path.exists(path)
 
@@ -273,13 +287,22 @@ class DaskRunner:
                                                     f"not an address such as tcp://host:8786)")
         else:
             self.address, where = target, f"address {target}"
-        try:
-            self.client = Client(self.address, timeout=f"{CONNECT_TIMEOUT_S}s")
-        except (OSError, TimeoutError, ValueError) as e:
-            raise DataPrepError("--dask_scheduler", f"no Dask scheduler answers at the {where} "
-                                                    f"({type(e).__name__}: "
-                                                    f"{str(e).splitlines()[0] if str(e) else ''})"
-                                ) from None
+        for attempt in range(1, HANDSHAKE_ATTEMPTS + 1):
+            try:
+                self.client = Client(self.address, timeout=f"{CONNECT_TIMEOUT_S}s")
+                break
+            except AssertionError:  # another client's cancel met our handshake (above)
+                _close_half_open_client()
+                if attempt == HANDSHAKE_ATTEMPTS:
+                    raise DataPrepError("--dask_scheduler", f"the Dask scheduler at the {where} "
+                                                            f"answered {attempt} handshakes out "
+                                                            f"of turn (other clients cancelling "
+                                                            f"jobs): try again") from None
+            except (OSError, TimeoutError, ValueError) as e:
+                first = str(e).splitlines()[0] if str(e) else ""
+                raise DataPrepError("--dask_scheduler", f"no Dask scheduler answers at the "
+                                                        f"{where} ({type(e).__name__}: {first})"
+                                    ) from None
         self.workers = self._wait_for_workers(1, target)
 
     def _wait_for_workers(self, expected: int, where: str) -> int:
@@ -410,8 +433,12 @@ class DaskRunner:
                 raise self._lost_error(function.__name__, done, len(futures)) from None
             raise
         finally:
-            for future in futures:
-                future.cancel()
+            # Only what did not finish, in one call: the scheduler tells every client of each
+            # cancel, and one arriving in another client's handshake fails it (above).
+            pending = [future for future in futures if not future.done()]
+            if pending:
+                with contextlib.suppress(Exception):
+                    self.client.cancel(pending)
 
 
 def _route_to(host: str) -> str:
