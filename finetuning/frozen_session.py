@@ -1,5 +1,7 @@
 """The session a frozen serving graph runs in: the weights frozen to constants and the graph
 rewritten once at load (`freeze`), and a served call as one C call (`SessionCall`)."""
+import sys
+
 import numpy as np
 import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
@@ -7,6 +9,8 @@ from tensorflow.core.protobuf import config_pb2
 from finetuning.eigen_transpose import transpose_as_integers
 from finetuning.fused_attention_scores import fuse_attention_scores
 from finetuning.fused_layer_norm import MANY_ROWS, many_rows_variant
+from finetuning.fused_layer_norm import PREFIX as MANY_ROWS_PREFIX
+from finetuning.weight_blocking import MID_ROWS, mid_rows_variant
 
 tf1 = tf.compat.v1
 
@@ -22,20 +26,25 @@ class SessionCall:
     with feeds only wraps `session.run`, whose parsing of fetches and feeds each call cost
     0.38-0.40 ms of a ~4 ms batch-1 request (2-core Zen 5, paired in one process).
 
-    `many_rows` ({output tensor name: the name of its many-rows copy}, empty for none): a
-    call whose batch holds at least `fused_layer_norm.MANY_ROWS` real tokens fetches the copy
-    (the graph's variant with oneDNN's layer norm, faster there and slower below)."""
+    `variants` ([(range of real tokens, {output tensor name: its name in the variant's
+    copy})], none by default): a call whose batch's real tokens fall in a variant's range
+    fetches that copy, the first such; any other call the graph as it was. `freeze` makes
+    them: oneDNN's layer norm from `fused_layer_norm.MANY_ROWS` tokens (faster there, slower
+    below), float32 dense layers whose weights stay blocked for `weight_blocking.MID_ROWS`."""
 
-    def __init__(self, session, inputs, outputs, many_rows=None):
+    def __init__(self, session, inputs, outputs, variants=()):
         self._session, self._inputs, self._outputs = session, inputs, outputs
-        self.many_rows = many_rows or {}
+        self.variants = list(variants)
         self._callables = {}
 
     def __call__(self, inputs):
         names = tuple(sorted(inputs))
         fetches = list(self._outputs.values())
-        if self.many_rows and _real_tokens(inputs) >= MANY_ROWS:
-            fetches = [self.many_rows[name] for name in fetches]
+        if self.variants:
+            real = _real_tokens(inputs)
+            copy = next((names_in for rows, names_in in self.variants if real in rows), None)
+            if copy is not None:
+                fetches = [copy[name] for name in fetches]
         call = self._callables.get((names, fetches[0]))
         if call is None:
             options = config_pb2.CallableOptions(
@@ -65,8 +74,9 @@ def freeze(session, fetches, precision="fp32"):
     reads at serving time, and Grappler sees the weights as constants. Attention's scores
     are scaled and masked inside their product (`fused_attention_scores`), and its
     transposes run on TensorFlow's own kernel (`eigen_transpose`: oneDNN's costs ~40 us a
-    call however small). Returns the session and {fetch: its name in the graph's copy with
-    oneDNN's layer norm} (`fused_layer_norm.many_rows_variant`; empty without it)."""
+    call however small). Returns the session and the variants `SessionCall` picks from:
+    the copy with oneDNN's layer norm (`fused_layer_norm`) and, in float32, the copy whose
+    dense layers serve 7-80 rows (`weight_blocking`); none where there is no such copy."""
     graph = session.graph
     keep = sorted({name.split(":")[0] for name in fetches})
     frozen = tf1.graph_util.convert_variables_to_constants(session, graph.as_graph_def(), keep)
@@ -80,7 +90,11 @@ def freeze(session, fetches, precision="fp32"):
     frozen, _ = fuse_attention_scores(frozen)  # scale and mask inside the product
     frozen, _ = transpose_as_integers(frozen)  # Eigen's transposes, not oneDNN's
     frozen, many_rows = many_rows_variant(frozen, fetches)  # oneDNN's layer norm for long calls
+    variants = [(range(MANY_ROWS, sys.maxsize), many_rows)] if many_rows else []
+    if precision == "fp32":  # the weights' blocking follows the rows (weight_blocking)
+        frozen, mid_rows = mid_rows_variant(frozen, fetches, skip_prefix=MANY_ROWS_PREFIX)
+        variants += [(MID_ROWS, mid_rows)] if mid_rows else []
     target = tf.Graph()
     with target.as_default():
         tf1.import_graph_def(frozen, name="")
-    return tf1.Session(graph=target), many_rows
+    return tf1.Session(graph=target), variants

@@ -24,7 +24,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import tensor_util
 
-from finetuning.graph_nodes import fusion_available, has_control_input, readers, static_shapes
+from finetuning.graph_nodes import (fed_by, fusion_available, has_control_input, static_shapes,
+                                    with_copy)
 
 tf1 = tf.compat.v1
 
@@ -41,34 +42,7 @@ def many_rows_variant(graph_def, fetches):
     fused = _fused_layer_norms(graph_def) if fusion_available() else {}
     if not fused:
         return graph_def, {}
-    copied = _fed_by(graph_def, set(fused))
-
-    def renamed(source):
-        control, name = ("^", source[1:]) if source.startswith("^") else ("", source)
-        return control + PREFIX + name if name.split(":")[0] in copied else source
-
-    combined = tf1.GraphDef()
-    combined.CopyFrom(graph_def)
-    for node in graph_def.node:
-        if node.name not in copied:
-            continue
-        copy = combined.node.add()
-        copy.CopyFrom(fused.get(node.name, node))
-        copy.name = PREFIX + node.name
-        copy.input[:] = [renamed(source) for source in copy.input]
-    return combined, {fetch: renamed(fetch) for fetch in fetches}
-
-
-def _fed_by(graph_def, roots):
-    """Names of `roots` and every node reading them, directly or not."""
-    read_by = readers(graph_def)
-    reached, pending = set(roots), list(roots)
-    while pending:
-        for reader in read_by.get(pending.pop(), ()):
-            if reader not in reached:
-                reached.add(reader)
-                pending.append(reader)
-    return reached
+    return with_copy(graph_def, fetches, fed_by(graph_def, set(fused)), PREFIX, fused)
 
 
 def _fused_layer_norms(graph_def):

@@ -23,6 +23,41 @@ def readers(graph_def):
     return read_by
 
 
+def fed_by(graph_def, roots):
+    """Names of `roots` and every node reading them, directly or not."""
+    read_by = readers(graph_def)
+    reached, pending = set(roots), list(roots)
+    while pending:
+        for reader in read_by.get(pending.pop(), ()):
+            if reader not in reached:
+                reached.add(reader)
+                pending.append(reader)
+    return reached
+
+
+def with_copy(graph_def, fetches, copied, prefix, replaced=None):
+    """(GraphDef, {fetch: its name in the copy}): `graph_def` plus a copy of the nodes named
+    in `copied` (closed under readers: `fed_by`) under `prefix`, each NodeDef taken from
+    `replaced` where it names one; the copy reads the original's nodes it did not copy (the
+    inputs, the weights' constants: not held twice)."""
+    replaced = replaced or {}
+
+    def renamed(source):
+        control, name = ("^", source[1:]) if source.startswith("^") else ("", source)
+        return control + prefix + name if name.split(":")[0] in copied else source
+
+    combined = tf1.GraphDef()
+    combined.CopyFrom(graph_def)
+    for node in graph_def.node:
+        if node.name not in copied:
+            continue
+        copy = combined.node.add()
+        copy.CopyFrom(replaced.get(node.name, node))
+        copy.name = prefix + node.name
+        copy.input[:] = [renamed(source) for source in copy.input]
+    return combined, {fetch: renamed(fetch) for fetch in fetches}
+
+
 def has_control_input(node):
     return any(source.startswith("^") for source in node.input)
 

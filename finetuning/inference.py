@@ -21,7 +21,6 @@ from finetuning import glue_data, squad_data, squad_postprocess
 from finetuning.export import (SEQUENCE_INPUTS, TASK_FILE, check_checkpoint_serves,
                                read_export_metadata)
 from finetuning.frozen_session import FREEZE_LIMIT_BYTES, SessionCall, freeze
-from finetuning.fused_layer_norm import MANY_ROWS
 from finetuning.model_fn import make_model_fn
 from finetuning.tasks import ClassifierTask, SquadTask
 from modeling.checkpoints import (CheckpointError, check_not_damaged, first_non_finite_variable,
@@ -88,16 +87,16 @@ class SavedModelRunner:
         self.fixed_length = None if length < 0 else int(length)
         weights = sum(tf.io.gfile.stat(name).length
                       for name in tf.io.gfile.glob(variables + ".data-*"))
-        many_rows = {}
+        variants = []
         if weights <= FREEZE_LIMIT_BYTES:
-            self._session, many_rows = freeze(session, list(self._outputs.values()), precision)
+            self._session, variants = freeze(session, list(self._outputs.values()), precision)
         elif precision != "fp32":
             raise ValueError(f"{path}: serving precision {precision} needs frozen weights, "
                              f"and this model's {weights / 1024 ** 3:.1f} GiB are more than "
                              f"{FREEZE_LIMIT_BYTES / 1024 ** 3:.1f} GiB: serve it in fp32")
         else:
             self._session = session
-        self._call = SessionCall(self._session, self._inputs, self._outputs, many_rows)
+        self._call = SessionCall(self._session, self._inputs, self._outputs, variants)
 
     def __call__(self, inputs):
         return self._call(inputs)
@@ -105,12 +104,16 @@ class SavedModelRunner:
     def warm_up(self):
         """Runs each of the graph's variants once, on [PAD] tokens, for a server to call
         before it takes requests. A variant's first run is when Grappler optimizes its graph
-        (~1.5 s for all-MiniLM on 2 cores); the frozen graph has two (`fused_layer_norm`),
-        so without this the first call of each size pays it, mid-stream (a 1.6 s call among
-        30 ms ones, measured). A batch job pays the same either way and need not."""
+        (~1.5 s for all-MiniLM on 2 cores); the frozen graph has up to three
+        (`frozen_session.freeze`), so without this the first call of each size pays it,
+        mid-stream (a 1.6 s call among 30 ms ones, measured). The graph as it was runs on one
+        token: its float32 weights are then cached in the blocking of the rows it serves
+        (`weight_blocking`). A batch job pays the same either way and need not."""
         length = self.fixed_length or 8
-        # (batch, real tokens a request): one token, then at least MANY_ROWS in all
-        calls = ((1, 1), (-(-MANY_ROWS // length), length)) if self._call.many_rows else ((1, 1),)
+        calls = [(1, 1)]  # (batch, real tokens a request): one token, then each variant's least
+        for rows, _ in self._call.variants:
+            batch = -(-rows.start // length)
+            calls.append((batch, -(-rows.start // batch)))
         for batch, real in calls:
             inputs = {name: np.zeros([batch, length] if name in SEQUENCE_INPUTS else [batch],
                                      np.int32) for name in self._inputs}

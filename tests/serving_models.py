@@ -59,11 +59,13 @@ def summation_order_tolerance(reference):
 
 
 def served_nodes(runner):
-    """The NodeDefs a `SavedModelRunner` serves a call of few rows with: its frozen graph
-    without the many-rows copy (finetuning/fused_layer_norm.py), which repeats the encoder."""
-    from finetuning.fused_layer_norm import PREFIX
+    """The NodeDefs a `SavedModelRunner` serves a call of one row with: its frozen graph
+    without the copies that repeat the encoder for other sizes (finetuning/fused_layer_norm.py,
+    finetuning/weight_blocking.py)."""
+    from finetuning.fused_layer_norm import PREFIX as MANY_ROWS
+    from finetuning.weight_blocking import PREFIX as MID_ROWS
     return [node for node in runner._session.graph.as_graph_def().node
-            if not node.name.startswith(PREFIX)]
+            if not node.name.startswith((MANY_ROWS, MID_ROWS))]
 
 
 def run_graph(graph_def, fetches, x):

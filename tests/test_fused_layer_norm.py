@@ -117,11 +117,16 @@ def test_a_served_call_takes_the_copy_from_many_real_tokens_and_answers_the_same
 
 
 @needs_kernel
-def test_warming_up_runs_both_variants_once(exported):
-    """`warm_up` leaves a callable of each variant, so no request pays a first run."""
+def test_warming_up_runs_every_variant_once(exported):
+    """`warm_up` leaves a callable of the graph and of each variant (this copy; in float32
+    also `weight_blocking`'s), so no request pays a first run."""
+    from finetuning.weight_blocking import PREFIX as MID_ROWS_PREFIX
     _, path = exported
-    served = SavedModelRunner(path)
-    assert not served._call._callables
-    served.warm_up()
-    fetched = [fetch for _, fetch in served._call._callables]
-    assert len(fetched) == 2 and sum(f.startswith(PREFIX) for f in fetched) == 1
+    for precision, prefixes in (("fp32", (PREFIX, MID_ROWS_PREFIX)), ("bf16", (PREFIX,))):
+        served = SavedModelRunner(path, precision)
+        assert not served._call._callables
+        served.warm_up()
+        fetched = [fetch for _, fetch in served._call._callables]
+        assert len(fetched) == 1 + len(prefixes), fetched
+        for prefix in prefixes:
+            assert sum(f.startswith(prefix) for f in fetched) == 1, (prefix, fetched)
