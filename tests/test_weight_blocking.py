@@ -1,8 +1,8 @@
 """A float32 serving graph holds a copy of what its dense layers feed for calls of 7-80 real
 rows (finetuning/weight_blocking.py), the weights shared; a served call in that range takes
 the copy and answers as the graph without it; and, as oneDNN reports its own work
-(ONEDNN_VERBOSE), no call after `warm_up` reorders a weight, where without the copy calls of
-the other blocking reorder them all."""
+(ONEDNN_VERBOSE), once each variant has run once (as `warm_up` runs them) no call reorders a
+weight, where without the copy calls of the other blocking reorder them all."""
 import os
 import subprocess
 import sys
@@ -20,7 +20,6 @@ from serving_models import LENGTH, request_features, summation_order_tolerance
 
 tf1 = tf.compat.v1
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TESTS = os.path.dirname(os.path.abspath(__file__))
 needs_onednn = pytest.mark.skipif(not fusion_available(), reason="oneDNN is off in this "
                                   "process: no inner product caches blocked weights")
 
