@@ -31,9 +31,22 @@ def export_tiny(task, folder):
         model_fn(features, None, tf.estimator.ModeKeys.PREDICT)
         with tf1.Session() as session:
             session.run(tf1.global_variables_initializer())
+            _randomise_offsets(session)
             tf1.train.Saver().save(session, str(folder / "model.ckpt"), global_step=1)
     estimator = tf.estimator.Estimator(model_fn, model_dir=str(folder))
     return export_saved_model(estimator, task, str(folder / "export"), LENGTH)
+
+
+def _randomise_offsets(session):
+    """Biases and layer-norm offsets drawn at random, as a trained model has them: BERT
+    initialises them to zero, and Grappler folds a zero BiasAdd away, so the dense layers
+    would run a plain GEMM instead of the inner product with a bias that real models run
+    (finetuning/weight_blocking.py)."""
+    rng = np.random.default_rng(11)
+    for variable in tf1.global_variables():
+        if variable.name.split("/")[-1].split(":")[0] in ("bias", "beta", "output_bias"):
+            shape = variable.shape.as_list()
+            variable.load(rng.normal(0.0, 0.1, shape).astype(np.float32), session)
 
 
 def request_features(count, rng):
