@@ -10,11 +10,13 @@ request (dynamic padding), in torch's inference mode; ours as `inference.py` ser
 SavedModel's `serving_default` at the batch's own length). Modes: `model` (token ids in,
 logits out: both sides get our tokenizer's ids), `text` (classifier, sentences in, labels out:
 each side's own tokenizer included). The models are bench/serving.py's (all-MiniLM-L6-v2
-fine-tuned one step, exported at seq 128 for the classifier, 384 for SQuAD). Fresh processes,
-the sides alternating in rounds, the first side swapped each round.
+fine-tuned one step, exported at seq 128 for the classifier, 384 for SQuAD). Each round
+starts both sides' processes afresh and keeps them up together, serving the requests in
+--chunks chunks in turn, the first side swapped every chunk (bench/lockstep.py): on a shared
+machine whose speed drifts by the second, both sides meet the same drift.
 
     python bench/serving_real.py [--work_dir DIR] [--batches 1,8,32] [--rounds 2]
-        [--passes 1] [--configs classifier:model,classifier:text,squad:model] [--json FILE]
+        [--chunks 24] [--passes 1] [--configs classifier:model,classifier:text,squad:model] [--json FILE]
         [--precision fp32|bf16|int8] [--max_isa avx2]
 
 Prints per configuration: requests/s of each side (all timed calls of all rounds), their
@@ -24,7 +26,8 @@ came to this machine's matmul ceiling in the precision served (`machine.matmul_c
 the same run): the encoder's matmul FLOPs of each batch padded to its longest request
 (training/flops.py's count) a second, over the ceiling. HuggingFace computes those; ours'
 dense layers skip the padding (`modeling/real_rows.py`), so its share is an effective one
-(the padded work served a second), which can pass 100% at batch 8 and 32.
+(the padded work served a second), which can pass 100% at batch 8 and 32. Last, the 10th and
+90th percentiles of the chunks' ratios: how far the machine drifted within a run.
 """
 import argparse
 import json
@@ -43,6 +46,7 @@ sys.path.insert(1, BENCH)
 
 from machine import (add_max_isa_flag, cap_instruction_set, cpu_name,  # noqa: E402
                      matmul_ceiling, refuse_bf16_when_capped)
+from lockstep import LockstepPair, chunk_bounds  # noqa: E402
 from serving import default_hf_model, encoder_gflop, prepare_models  # noqa: E402
 
 SHARED = os.environ.get("BERT_SHARED_DATA", os.path.join(os.path.dirname(REPO), "shared", "data"))
@@ -89,18 +93,27 @@ def write_requests(work, task, mode, vocab):
     return path
 
 
-def serve(side, model, task, mode, batch, passes, requests, work):
-    out = os.path.join(work, f"real_{side}_{task}_{mode}_{batch}_"
-                             f"{os.environ.get('BENCH_PRECISION', 'fp32')}.json")
-    with open(out + ".log", "w", encoding="utf-8") as log:
-        proc = subprocess.run([sys.executable, os.path.join(BENCH, "serving_real_child.py"), side,
-                               model, task, mode, str(batch), str(passes), requests, out],
-                              stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
-    if proc.returncode != 0:
-        raise SystemExit(f"{side} {task} {mode} batch {batch} failed; see {out}.log:\n"
-                         + open(out + ".log", encoding="utf-8").read()[-2000:])
-    with open(out, encoding="utf-8") as reader:
-        return json.load(reader)
+def serve_pair(models, task, mode, batch, passes, requests, work, chunks, first_side):
+    """Both sides serving the same requests in lockstep (bench/lockstep.py): {side: the
+    child's results}, and each chunk's ratio (HuggingFace's seconds over ours)."""
+    name = f"{task}_{mode}_{batch}_{os.environ.get('BENCH_PRECISION', 'fp32')}"
+    outs = {side: os.path.join(work, f"real_{side}_{name}.json") for side in ("ours", "hf")}
+    commands = {side: [sys.executable, os.path.join(BENCH, "serving_real_child.py"), side,
+                       models[side], task, mode, str(batch), str(passes), requests, outs[side]]
+                for side in ("ours", "hf")}
+    with open(requests, encoding="utf-8") as reader:
+        items = -(-len(json.load(reader)) // batch) * passes
+    pair = LockstepPair(commands, {side: out + ".log" for side, out in outs.items()}, cwd=REPO)
+    try:
+        seconds = pair.serve(chunk_bounds(items, chunks), first_side)
+        pair.close()
+    finally:
+        pair.kill()
+    results = {}
+    for side, out in outs.items():
+        with open(out, encoding="utf-8") as reader:
+            results[side] = json.load(reader)
+    return results, [hf / ours for hf, ours in zip(seconds["hf"], seconds["ours"])]
 
 
 def gflop_per_pass(requests_file, batch, config_file):
@@ -146,6 +159,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--passes", type=int, default=1,
                         help="passes over all the dev requests a serving process makes")
+    parser.add_argument("--chunks", type=int, default=24,
+                        help="chunks a round's work is cut into, the sides serving them in turn")
     parser.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "int8"),
                         help="both sides' serving precision (bench/serving_real_child.py)")
     add_max_isa_flag(parser)
@@ -167,21 +182,23 @@ def main():
     batches = [int(b) for b in args.batches.split(",")]
     points = [(task, mode, batch) for task, mode in configs for batch in batches]
     runs = {(p, side): [] for p in points for side in ("ours", "hf")}
+    chunk_ratios = {p: [] for p in points}
     for round_index in range(args.rounds):
-        sides = ("ours", "hf") if round_index % 2 == 0 else ("hf", "ours")
+        first_side = "ours" if round_index % 2 == 0 else "hf"
         for task, mode, batch in points:
             saved_model, hf_dir = models[task, SEQ[task]]
             requests = write_requests(work, task, mode, vocab)
-            for side in sides:
-                runs[(task, mode, batch), side].append(serve(
-                    side, saved_model if side == "ours" else hf_dir, task, mode, batch,
-                    args.passes, requests, work))
+            results, ratios = serve_pair({"ours": saved_model, "hf": hf_dir}, task, mode, batch,
+                                         args.passes, requests, work, args.chunks, first_side)
+            for side, result in results.items():
+                runs[(task, mode, batch), side].append(result)
+            chunk_ratios[task, mode, batch] += ratios
             print(f"   round {round_index + 1}: {task} {mode} batch {batch} done", flush=True)
     ceilings.append(matmul_ceiling())
-    report(points, runs, args, ceilings, work)
+    report(points, runs, chunk_ratios, args, ceilings, work)
 
 
-def report(points, runs, args, ceilings, work):
+def report(points, runs, chunk_ratios, args, ceilings, work):
     # int8 has no ceiling measured (machine.matmul_ceiling times float GEMMs): its shares
     # are against the fp32 ceiling, which says how far below int8's the float path runs
     basis = "fp32" if args.precision == "int8" else args.precision
@@ -190,14 +207,14 @@ def report(points, runs, args, ceilings, work):
     config_file = os.path.join(work, "base", "bert_config.json")
     print(f"\n{cpu_name()}; {os.cpu_count()} cores; all-MiniLM-L6-v2 (or --hf_model), "
           f"{args.precision}, real "
-          f"dev requests; {args.rounds} rounds of {args.passes} pass(es) over them a side, fresh "
-          "processes; "
+          f"dev requests; {args.rounds} rounds of {args.passes} pass(es) over them, each round "
+          f"both sides' fresh processes serving {args.chunks} chunks in turn (bench/lockstep.py); "
           f"load average now {os.getloadavg()[0]:.2f}; {basis} matmul ceiling "
           f"{ceiling:.0f} GFLOP/s (before and after: "
           f"{', '.join(f'{value:.0f}' for value in measured)})")
     header = (f"{'model':<11}{'input':<7}{'batch':>6}{'ours req/s':>12}{'HF req/s':>10}"
               f"{'ours/HF':>9}{'ours p50':>10}{'p99':>8}{'HF p50':>9}{'p99':>8}{'diff':>10}"
-              f"{'ceil ours':>10}{'HF':>5}")
+              f"{'ceil ours':>10}{'HF':>5}{'chunks p10-p90':>16}")
     print(header)
     print("-" * len(header))
     table = []
@@ -212,13 +229,15 @@ def report(points, runs, args, ceilings, work):
         shares = (f"{share['ours']:>9.1f}%{share['hf']:>4.0f}%" if share
                   else f"{'-':>10}{'-':>5}")
         ratio = ours["requests_per_s"] / theirs["requests_per_s"]
+        spread = np.percentile(chunk_ratios[point], [10, 90])
         diff = disagreement(runs[point, "ours"][0]["outputs"], runs[point, "hf"][0]["outputs"])
         print(f"{task:<11}{mode:<7}{batch:>6}{ours['requests_per_s']:>12.1f}"
               f"{theirs['requests_per_s']:>10.1f}{ratio:>8.2f}x{ours['p50_ms']:>10.2f}"
               f"{ours['p99_ms']:>8.2f}{theirs['p50_ms']:>9.2f}{theirs['p99_ms']:>8.2f}"
-              f"{diff:>10.1e}{shares}")
+              f"{diff:>10.1e}{shares}{spread[0]:>10.2f}-{spread[1]:.2f}")
         table.append({"task": task, "mode": mode, "batch": batch, "ours": ours, "hf": theirs,
-                      "ratio": ratio, "max_abs_diff": diff, "ceiling_share_percent": share})
+                      "ratio": ratio, "chunk_ratios": chunk_ratios[point],
+                      "max_abs_diff": diff, "ceiling_share_percent": share})
     if args.json:
         with open(args.json, "w", encoding="utf-8") as writer:
             json.dump({"cpu": cpu_name(), "precision": args.precision,

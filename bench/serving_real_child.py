@@ -1,6 +1,7 @@
 """One serving process of bench/serving_real.py: one side serves real requests for a while.
 
     python bench/serving_real_child.py ours|hf MODEL TASK MODE BATCH PASSES REQUESTS OUT.json
+        [--reply_fd FD]
 
 REQUESTS (JSON, written by bench/serving_real.py) holds the dev inputs in their order: for
 MODE `model`, each request's token ids (ours' tokenization, so both sides get the same ids;
@@ -25,6 +26,8 @@ torch.bfloat16 (`model.to(torch.bfloat16)`, its usual way to serve in bf16). BEN
 ours with `SavedModelRunner(precision="int8")` (finetuning/int8_dense.py), HuggingFace's Linear
 layers through PyTorch's dynamic quantization (`serving_child.hf_in_precision`).
 
+With --reply_fd (bench/serving_real.py passes it), the batches are served in the chunks the
+parent asks for, in turn with the other side (bench/lockstep.py); without, all at once.
 Writes the latency of every timed call, the requests served, and the first batch's outputs.
 """
 import json
@@ -39,6 +42,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PRECISION = os.environ.get("BENCH_PRECISION", "fp32")
 sys.path.insert(0, REPO)  # first: bench/data_prep.py must not hide the package
 sys.path.insert(1, os.path.join(REPO, "bench"))
+
+from lockstep import serve_commands  # noqa: E402
 
 
 def _features(requests, seq):
@@ -122,10 +127,12 @@ def hf(model, task, mode):
 
 def main():
     side, model, task, mode, batch, passes, requests_path, out_path = sys.argv[1:9]
+    reply_fd = int(sys.argv[10]) if sys.argv[9:10] == ["--reply_fd"] else None
     batch, passes = int(batch), int(passes)
     with open(requests_path, encoding="utf-8") as reader:
         requests = json.load(reader)
     batches = [requests[i:i + batch] for i in range(0, len(requests), batch)]
+    schedule = batches * passes
     started = time.perf_counter()
     serve = (ours if side == "ours" else hf)(model, task, mode)
     loaded = time.perf_counter()
@@ -133,16 +140,25 @@ def main():
     for warm in batches[1:3]:
         serve(warm)
     latencies, sizes = [], []
-    for chosen in batches * passes:
-        t0 = time.perf_counter()
-        serve(chosen)
-        latencies.append(time.perf_counter() - t0)
-        sizes.append(len(chosen))
+
+    def serve_items(start, stop):
+        timed = []
+        for chosen in schedule[start:stop]:
+            t0 = time.perf_counter()
+            serve(chosen)
+            timed.append(time.perf_counter() - t0)
+            sizes.append(len(chosen))
+        latencies.extend(timed)
+        return timed
+
+    if reply_fd is None:
+        serve_items(0, len(schedule))
+    else:
+        serve_commands(reply_fd, serve_items)
     with open(out_path, "w", encoding="utf-8") as writer:
         json.dump({"latencies": latencies, "sizes": sizes, "load_seconds": loaded - started,
                    "outputs": {k: (v.tolist() if hasattr(v, "tolist") else v)
                                for k, v in first.items()}}, writer)
-
 
 if __name__ == "__main__":
     main()
