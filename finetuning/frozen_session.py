@@ -8,7 +8,7 @@ from tensorflow.core.protobuf import config_pb2
 
 from finetuning.eigen_transpose import transpose_as_integers
 from finetuning.fused_attention_scores import fuse_attention_scores
-from finetuning.fused_layer_norm import MANY_ROWS, many_rows_variant
+from finetuning.fused_layer_norm import many_rows, many_rows_variant
 from finetuning.fused_layer_norm import PREFIX as MANY_ROWS_PREFIX
 from finetuning.weight_blocking import MID_ROWS, mid_rows_variant
 
@@ -29,7 +29,7 @@ class SessionCall:
     `variants` ([(range of real tokens, {output tensor name: its name in the variant's
     copy})], none by default): a call whose batch's real tokens fall in a variant's range
     fetches that copy, the first such; any other call the graph as it was. `freeze` makes
-    them: oneDNN's layer norm from `fused_layer_norm.MANY_ROWS` tokens (faster there, slower
+    them: oneDNN's layer norm from `fused_layer_norm.many_rows()` tokens (faster there, slower
     below), float32 dense layers whose weights stay blocked for `weight_blocking.MID_ROWS`."""
 
     def __init__(self, session, inputs, outputs, variants=()):
@@ -89,8 +89,8 @@ def freeze(session, fetches, precision="fp32"):
         frozen = bfloat16_graph(frozen, keep)
     frozen, _ = fuse_attention_scores(frozen)  # scale and mask inside the product
     frozen, _ = transpose_as_integers(frozen)  # Eigen's transposes, not oneDNN's
-    frozen, many_rows = many_rows_variant(frozen, fetches)  # oneDNN's layer norm for long calls
-    variants = [(range(MANY_ROWS, sys.maxsize), many_rows)] if many_rows else []
+    frozen, many_rows_outputs = many_rows_variant(frozen, fetches)  # oneDNN's layer norms
+    variants = [(range(many_rows(), sys.maxsize), many_rows_outputs)] if many_rows_outputs else []
     if precision == "fp32":  # the weights' blocking follows the rows (weight_blocking)
         frozen, mid_rows = mid_rows_variant(frozen, fetches, skip_prefix=MANY_ROWS_PREFIX)
         variants += [(MID_ROWS, mid_rows)] if mid_rows else []

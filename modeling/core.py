@@ -126,6 +126,20 @@ def onednn_capped_below_bfloat16():
     return bool(cap) and cap not in _ONEDNN_BF16_ISAS
 
 
+# oneDNN's instruction-set names from which it multiplies on AMX's tiles.
+_ONEDNN_AMX_ISAS = ("AVX512_CORE_AMX", "AVX512_CORE_AMX_FP16", "AVX10_1_512_AMX",
+                    "AVX10_1_512_AMX_FP16", "AVX10_2_512_AMX_2", "ALL", "DEFAULT")
+
+
+def cpu_has_amx():
+    """Whether oneDNN multiplies on AMX here (an Intel Xeon from Sapphire Rapids on, and no
+    oneDNN cap below AMX): the CPU some serving choices were measured on apart."""
+    cap = onednn_isa_cap()
+    if cap and cap not in _ONEDNN_AMX_ISAS:
+        return False
+    return "amx_bf16" in (_cpu_flags() or set())
+
+
 # CPU flags of an int8 dot product that adds its products in 32 bits (VNNI, AMX).
 _INT8_DOT_CPU_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 # oneDNN's instruction-set names from which it uses them.

@@ -21,7 +21,8 @@ CHILD = """
 import json, sys, time
 sys.path.insert(0, {bench!r})
 from lockstep import serve_commands
-side, journal, seconds, fail_at = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4])
+side, journal, seconds = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+fail_at = int(sys.argv[4])
 reply_fd = int(sys.argv[6])
 def serve_items(start, stop):
     if start <= fail_at < stop:

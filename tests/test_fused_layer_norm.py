@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from finetuning import frozen_session, fused_layer_norm
 from finetuning.fused_attention_scores import fusion_available
-from finetuning.fused_layer_norm import FUSED_OP, MANY_ROWS, PREFIX, many_rows_variant
+from finetuning.fused_layer_norm import FUSED_OP, PREFIX, many_rows, many_rows_variant
 from finetuning.inference import SavedModelRunner, run_in_batches
 from modeling import core
 from serving_models import request_features, summation_order_tolerance
@@ -60,8 +60,8 @@ def _run(graph_def, fetches, x):
 @needs_kernel
 def test_the_copy_fuses_each_layer_norm_shares_the_weights_and_computes_the_same():
     graph_def, values = _frozen_two_layer_norms()
-    combined, many_rows = many_rows_variant(graph_def, ["out:0", "side:0"])
-    assert many_rows == {"out:0": PREFIX + "out:0", "side:0": "side:0"}
+    combined, outputs = many_rows_variant(graph_def, ["out:0", "side:0"])
+    assert outputs == {"out:0": PREFIX + "out:0", "side:0": "side:0"}
     originals = [node for node in combined.node if not node.name.startswith(PREFIX)]
     copies = [node for node in combined.node if node.name.startswith(PREFIX)]
     assert [(n.name, n.op) for n in originals] == [(n.name, n.op) for n in graph_def.node]
@@ -69,7 +69,7 @@ def test_the_copy_fuses_each_layer_norm_shares_the_weights_and_computes_the_same
     assert not any(node.op == "Const" and node.attr["value"].tensor.tensor_content
                    for node in copies)  # the weights are read from the originals
     assert not any(node.name == PREFIX + "side" for node in copies)
-    x = np.random.default_rng(5).standard_normal((MANY_ROWS + 7, WIDTH)).astype(np.float32) * 3
+    x = np.random.default_rng(5).standard_normal((many_rows() + 7, WIDTH)).astype(np.float32) * 3
     plain, fused, side = _run(combined, ["out:0", PREFIX + "out:0", "side:0"], x)
     first = _layer_norm64(x, values["first/gamma"], values["first/beta"])
     expected = _layer_norm64(first @ values["w"], values["second/gamma"],
@@ -95,7 +95,7 @@ def test_no_layer_norm_or_no_kernel_leaves_the_graph_as_it_is(monkeypatch):
 @needs_kernel
 def test_a_served_call_takes_the_copy_from_many_real_tokens_and_answers_the_same(
         exported, monkeypatch):
-    """A batch holding MANY_ROWS real tokens or more is served by the copy, a smaller one by
+    """A batch holding `many_rows()` real tokens or more is served by the copy, a smaller one by
     the graph as it was; both answer what a runner without the copy answers."""
     task, path = exported
     served = SavedModelRunner(path)
@@ -103,7 +103,7 @@ def test_a_served_call_takes_the_copy_from_many_real_tokens_and_answers_the_same
     plain = SavedModelRunner(path)
     features = request_features(24, np.random.default_rng(8))
     tokens = sum(int(f.input_mask.sum()) for f in features)
-    assert tokens >= MANY_ROWS > int(features[0].input_mask.sum())
+    assert tokens >= many_rows() > int(features[0].input_mask.sum())
     for batch_size in (len(features), 1):
         got = run_in_batches(served, features, task.extra_serving_inputs, batch_size)
         expected = run_in_batches(plain, features, task.extra_serving_inputs, batch_size)
@@ -130,3 +130,29 @@ def test_warming_up_runs_every_variant_once(exported):
         assert len(fetched) == 1 + len(prefixes), fetched
         for prefix in prefixes:
             assert sum(f.startswith(prefix) for f in fetched) == 1, (prefix, fetched)
+
+
+@pytest.mark.parametrize("amx, least", [(True, 96), (False, 192)])
+def test_the_copy_serves_from_fewer_rows_where_onednn_runs_on_amx(monkeypatch, amx, least):
+    """The rows where the two layer norms cross were measured per CPU: 96 on a Xeon with AMX,
+    192 on a Zen 5 (the module's docstring); the served ranges follow."""
+    from modeling import core
+    monkeypatch.setattr(core, "cpu_has_amx", lambda: amx)
+    assert many_rows() == least
+    from finetuning.weight_blocking import MID_ROWS
+    assert least > MID_ROWS[-1]  # float32's mid-rows copy keeps its own range
+
+
+@pytest.mark.parametrize("cap, amx_isa", [("", True), ("AVX512_CORE_AMX", True),
+                                          ("AVX512_CORE_BF16", False), ("AVX2", False)])
+def test_amx_is_named_only_where_the_cpu_has_it_and_onednn_is_not_capped_below(
+        monkeypatch, cap, amx_isa):
+    from modeling import core
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as reader:
+            has_amx = "amx_bf16" in reader.read().split()
+    except OSError:
+        has_amx = False
+    assert core.cpu_has_amx() is (has_amx and amx_isa)
