@@ -22,8 +22,8 @@ SQuAD model (all-MiniLM-L6-v2, paired in one process): bf16 53.9 -> 48.9 ms, fp3
 
 Where the two cross depends on the CPU. On a 2-core Intel Xeon with AMX (family 6 model 207)
 the fused copy served whole SQuAD requests of N tokens at batch 1 (paired in one process, 150
-calls a side) at 0.92x the ten ops' speed at 24 tokens, 0.98x at 48, 1.00x at 64, 1.03x at
-80, 1.10x at 96 and 144 in bf16, 1.06-1.08x at 96 and 144 in fp32; on the Zen 5 above the two
+calls a side) at 0.91x the ten ops' speed at 24 tokens, 0.97x at 48, 1.00x at 64, 1.02x at
+80, 1.11x at 96 and 144 in bf16, 1.06-1.07x at 96 and 144 in fp32; on the Zen 5 above the two
 were level at 160 rows. So from 96 rows where oneDNN runs on AMX, from 192 elsewhere.
 """
 import numpy as np
