@@ -32,7 +32,6 @@ dense layers skip the padding (`modeling/real_rows.py`), so its share is an effe
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 

@@ -160,5 +160,6 @@ def main():
                    "outputs": {k: (v.tolist() if hasattr(v, "tolist") else v)
                                for k, v in first.items()}}, writer)
 
+
 if __name__ == "__main__":
     main()
