@@ -1,9 +1,9 @@
 """Two benchmark processes in lockstep: each side serves a chunk of the same work in turn.
 
 Why: on a shared machine (a cloud VM) the CPU's speed drifts while a benchmark runs. On the
-2-core Intel Xeon VM of 2026-11-28 the same oneDNN dense layer (160 x 384 -> 1,536, bfloat16)
-took 0.25-0.30 ms in some 2-second windows and 0.85 ms in others, in one process, with nothing
-else running; a round of fresh processes a side (minutes each) then measures the machine's
+2-core Intel Xeon VM of 2026-11-28 one oneDNN dense block (160 x 384 -> 1,536 -> 384, bfloat16)
+took 0.84-0.99 ms in some 2-second windows and 1.39-2.06 ms in others, in one process, with
+nothing else running; a round of fresh processes a side (minutes each) then measures the machine's
 mood as much as the code: one round's SQuAD batch-1 ratio was 0.84x in one stretch of
 requests and 1.23x in another. Here both sides' processes stay up, and the work is cut into
 chunks served alternately (the first side swapped every chunk, ABBA), so each chunk's two

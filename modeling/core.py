@@ -127,8 +127,8 @@ def onednn_capped_below_bfloat16():
 
 
 # oneDNN's instruction-set names from which it multiplies on AMX's tiles.
-_ONEDNN_AMX_ISAS = ("AVX512_CORE_AMX", "AVX512_CORE_AMX_FP16", "AVX10_1_512_AMX",
-                    "AVX10_1_512_AMX_FP16", "AVX10_2_512_AMX_2", "ALL", "DEFAULT")
+_ONEDNN_AMX_ISAS = tuple(isa for isa in _ONEDNN_BF16_ISAS
+                         if "AMX" in isa or isa in ("ALL", "DEFAULT"))
 
 
 def cpu_has_amx():

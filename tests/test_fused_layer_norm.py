@@ -136,23 +136,8 @@ def test_warming_up_runs_every_variant_once(exported):
 def test_the_copy_serves_from_fewer_rows_where_onednn_runs_on_amx(monkeypatch, amx, least):
     """The rows where the two layer norms cross were measured per CPU: 96 on a Xeon with AMX,
     192 on a Zen 5 (the module's docstring); the served ranges follow."""
-    from modeling import core
     monkeypatch.setattr(core, "cpu_has_amx", lambda: amx)
     assert many_rows() == least
     from finetuning.weight_blocking import MID_ROWS
     assert least > MID_ROWS[-1]  # float32's mid-rows copy keeps its own range
 
-
-@pytest.mark.parametrize("cap, amx_isa", [("", True), ("AVX512_CORE_AMX", True),
-                                          ("AVX512_CORE_BF16", False), ("AVX2", False)])
-def test_amx_is_named_only_where_the_cpu_has_it_and_onednn_is_not_capped_below(
-        monkeypatch, cap, amx_isa):
-    from modeling import core
-    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
-    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as reader:
-            has_amx = "amx_bf16" in reader.read().split()
-    except OSError:
-        has_amx = False
-    assert core.cpu_has_amx() is (has_amx and amx_isa)

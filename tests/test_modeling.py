@@ -281,6 +281,22 @@ def test_int8_sums_in_32_bits_only_with_vnni_or_amx_under_no_lower_cap(monkeypat
     assert core.cpu_sums_int8_in_32_bits() is expected
 
 
+@pytest.mark.parametrize("cap, amx_isa", [("", True), ("AVX512_CORE_AMX", True),
+                                          ("AVX512_CORE_BF16", False), ("AVX2", False)])
+def test_amx_is_named_only_where_the_cpu_has_it_and_onednn_is_not_capped_below(
+        monkeypatch, cap, amx_isa):
+    """Read independently of modeling.core: the CPU's flags from /proc/cpuinfo."""
+    from modeling import core
+    monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as reader:
+            has_amx = "amx_bf16" in reader.read().split()
+    except OSError:
+        has_amx = False
+    assert core.cpu_has_amx() is (has_amx and amx_isa)
+
+
 def test_a_cpu_stood_in_for_by_an_avx2_cap_neither_picks_nor_aborts_in_bf16():
     """ONEDNN_MAX_CPU_ISA=AVX2 (how bench/machine.py stands in for an AVX2 CPU, or a user's
     own cap) leaves oneDNN without a bf16 matmul, and TensorFlow aborts the process asking
