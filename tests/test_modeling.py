@@ -264,17 +264,22 @@ def test_onednn_capped_below_bf16_reads_its_isa_variable(monkeypatch, cap, cappe
         core.cpu_has_native_bfloat16.cache_clear()
 
 
+def _cpu_flags_read_here():
+    """The words of /proc/cpuinfo (its flags among them), read independently of modeling.core
+    (the expectation of the tests below); empty where it cannot be read."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as reader:
+            return set(reader.read().split())
+    except OSError:
+        return set()
+
+
 @pytest.mark.parametrize("cap", ["AVX2", "AVX512_CORE", "AVX512_CORE_VNNI", "AVX2_VNNI", ""])
 def test_int8_sums_in_32_bits_only_with_vnni_or_amx_under_no_lower_cap(monkeypatch, cap):
-    """Read independently of modeling.core: the CPU's flags from /proc/cpuinfo."""
     from modeling import core
     monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as reader:
-            flags = set(reader.read().split())
-    except OSError:
-        flags = set()
+    flags = _cpu_flags_read_here()
     expected = {"": bool(flags & {"avx512_vnni", "avx_vnni", "amx_int8"}),
                 "AVX512_CORE_VNNI": bool(flags & {"avx512_vnni", "avx_vnni", "amx_int8"}),
                 "AVX2_VNNI": "avx_vnni" in flags}.get(cap, False)
@@ -285,15 +290,10 @@ def test_int8_sums_in_32_bits_only_with_vnni_or_amx_under_no_lower_cap(monkeypat
                                           ("AVX512_CORE_BF16", False), ("AVX2", False)])
 def test_amx_is_named_only_where_the_cpu_has_it_and_onednn_is_not_capped_below(
         monkeypatch, cap, amx_isa):
-    """Read independently of modeling.core: the CPU's flags from /proc/cpuinfo."""
     from modeling import core
     monkeypatch.delenv("DNNL_MAX_CPU_ISA", raising=False)
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as reader:
-            has_amx = "amx_bf16" in reader.read().split()
-    except OSError:
-        has_amx = False
+    has_amx = "amx_bf16" in _cpu_flags_read_here()
     assert core.cpu_has_amx() is (has_amx and amx_isa)
 
 
