@@ -55,12 +55,13 @@ def exact_env(data, results, **extra):
     return env
 
 
-def two_host_env(ssh_hosts, data, results):
+def two_host_env(ssh_hosts, data, results, paced=True):
     """As run.sub exports it on nodes 127.0.0.2,127.0.0.3 with GPUS_PER_NODE=2 and
-    NETWORK_INTERFACE=lo, plus SSH_PORT; the test's `ssh` first on the PATH."""
+    NETWORK_INTERFACE=lo, plus SSH_PORT; the test's `ssh` first on the PATH. `paced`: see
+    test_preemption.script_env."""
     hosts = ",".join(f"{host}:{PER_HOST}" for host in ssh_hosts.hosts)
     env = exact_env(data, results, HOROVOD_LAUNCH_FLAGS=f"--gloo -H {hosts} --network-interface lo",
-                    SSH_PORT=str(ssh_hosts.port))
+                    SSH_PORT=str(ssh_hosts.port), paced=paced)
     env["PATH"] = ssh_hosts.env(env)["PATH"]
     return env
 
@@ -97,7 +98,7 @@ def assert_same_weights(got, expected):
 def one_host(horovod, data, tmp_path_factory, repo_root):
     """The reference: the same 4 ranks on this host alone (the launcher's default -H)."""
     results = tmp_path_factory.mktemp("one-host")
-    env = exact_env(data, results)
+    env = exact_env(data, results, paced=False)
     env.pop("HOROVOD_LAUNCH_FLAGS", None)
     env.pop("SSH_PORT", None)
     run_to_end(PHASE1, env, repo_root)
@@ -108,7 +109,7 @@ def test_two_hosts_by_ssh_lay_out_ranks_per_host_and_train_as_one_host(
         horovod, ssh_hosts, data, one_host, tmp_path, repo_root):  # noqa: F811
     from pretraining.input_pipeline import list_input_files
     results = tmp_path / "two-hosts"
-    output = run_to_end(PHASE1, two_host_env(ssh_hosts, data, results), repo_root)
+    output = run_to_end(PHASE1, two_host_env(ssh_hosts, data, results, paced=False), repo_root)
     folder = results / "phase_1"
     logs = rank_logs(folder)
     assert sorted(logs) == list(range(RANKS)), sorted(os.listdir(folder))
@@ -156,7 +157,7 @@ def test_sigterm_to_the_launcher_reaches_ranks_on_other_hosts_and_resumes_exactl
     code, output = preempt(PHASE1, env, repo_root, after_step=2)
     assert_stopped_together_at_a_boundary(code, output, results / "phase_1", ranks=RANKS)
 
-    run_to_end(PHASE1, env, repo_root)
+    run_to_end(PHASE1, two_host_env(ssh_hosts, data, results, paced=False), repo_root)
     got = final_weights(results)
     assert got["micro_step"] == PHASE1_STEPS * ACCUMULATION
     # The uninterrupted weights: those of the one-host run, which the first test showed the
@@ -200,7 +201,7 @@ def assert_ends_as_a_rerun_on_one_gpu(data, results, reference, repo_root):
     """The folder `reference` (as a failure left it) rerun by hand on 1 GPU, the recipe
     rescaled as NVIDIA's arithmetic does (accumulation x2, per-GPU rate x2), ends both phases
     on the weights `results` ended on, bit for bit."""
-    env = both_phases_env(data, reference)
+    env = both_phases_env(data, reference, paced=False)
     env.pop("HOROVOD_LAUNCH_FLAGS", None)
     run_to_end(elastic_args(32, "2e-3", "1e-3", 1, 2 * ACCUMULATION), env, repo_root,
                timeout=900)

@@ -41,16 +41,22 @@ def data(tmp_path_factory):
     return write_script_data(tmp_path_factory.mktemp("preemption"), 2, 96)
 
 
-def script_env(data, results, **extra):
-    """The run scripts' environment. BERT_TEST_MICRO_BATCH_SECONDS: each micro-batch waits
-    0.15 s more (training.hooks.MicroBatchDelayHook), so a signal sent after step 2 lands
-    before the last of the 9 steps on any CPU (on a Zen 5 they took ~2 s, the signal's way)."""
-    return dict(os.environ, BERT_CONFIG=str(data / "bert_config.json"),
-                BERT_TEST_MICRO_BATCH_SECONDS="0.15",
-                RESULTS_DIR=str(results), PYTHON=sys.executable, DISPLAY_LOSS_STEPS="1",
-                TRAIN_DATA_PHASE1=str(data / "training"), EVAL_DATA_PHASE1=str(data / "test"),
-                TRAIN_DATA_PHASE2=str(data / "training"), EVAL_DATA_PHASE2=str(data / "test"),
-                **extra)
+def script_env(data, results, paced=True, **extra):
+    """The run scripts' environment. Paced (the default, for a run a signal or a kill must
+    land in): BERT_TEST_MICRO_BATCH_SECONDS, each micro-batch waits 0.15 s more
+    (training.pauses_for_tests), so a signal sent after step 2 lands before the last of the 9
+    steps on any CPU (on a Zen 5 they took ~2 s, the signal's way). `paced=False` for a run
+    nothing interrupts (a reference, a resumption to the end): the wait changes no weight, so
+    such a run only loses time to it (~15 s a run of both phases on one rank)."""
+    pace = {"BERT_TEST_MICRO_BATCH_SECONDS": "0.15"} if paced else {}
+    env = dict(os.environ, BERT_CONFIG=str(data / "bert_config.json"),
+               RESULTS_DIR=str(results), PYTHON=sys.executable, DISPLAY_LOSS_STEPS="1",
+               TRAIN_DATA_PHASE1=str(data / "training"), EVAL_DATA_PHASE1=str(data / "test"),
+               TRAIN_DATA_PHASE2=str(data / "training"), EVAL_DATA_PHASE2=str(data / "test"),
+               **pace, **extra)
+    if not paced:
+        env.pop("BERT_TEST_MICRO_BATCH_SECONDS", None)  # nor from the caller's environment
+    return env
 
 
 # NVIDIA's 15 positional arguments: batch 32/2, eval 4, lr 1e-3/5e-4, fp32, no XLA, 2 GPUs,
@@ -176,7 +182,7 @@ def assert_stopped_together_at_a_boundary(code, output, folder, ranks=2):
 def test_sigterm_to_the_launcher_mid_window_stops_both_ranks_and_resumes_exactly(
         horovod, data, tmp_path, repo_root):
     reference = tmp_path / "reference"
-    run_to_end(PHASE1, script_env(data, reference), repo_root)
+    run_to_end(PHASE1, script_env(data, reference, paced=False), repo_root)
 
     # The signal must arrive inside a window, so that the ranks have to go on to its end
     # before stopping. Its arrival is a matter of timing (a loaded machine can deliver it in
@@ -191,7 +197,7 @@ def test_sigterm_to_the_launcher_mid_window_stops_both_ranks_and_resumes_exactly
             break
     assert waited >= 1, "the signal landed on a window boundary 4 times: the test proved nothing"
 
-    run_to_end(PHASE1, env, repo_root)
+    run_to_end(PHASE1, script_env(data, interrupted, paced=False), repo_root)
     final = f"model.ckpt-{PHASE1_STEPS}"
     expected = checkpoint_tensors(str(reference / "phase_1" / final))
     got = checkpoint_tensors(str(interrupted / "phase_1" / final))

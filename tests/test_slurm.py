@@ -85,16 +85,17 @@ def data(tmp_path_factory):
     return write_both_phases(tmp_path_factory.mktemp("slurm-data"))
 
 
-def job_env(data, results, **extra):
-    """test_preemption's environment of the scripts, with this module's records per phase."""
-    env = with_both_phases(script_env(data, results, GPUS_PER_NODE="2", **extra), data)
+def job_env(data, results, paced=True, **extra):
+    """test_preemption's environment of the scripts, with this module's records per phase
+    (`paced`: see test_preemption.script_env)."""
+    env = with_both_phases(script_env(data, results, paced, GPUS_PER_NODE="2", **extra), data)
     for name in ("NETWORK_INTERFACE", "BERT_LAUNCHER", "HOROVOD_LAUNCH_FLAGS"):
         env.pop(name, None)
     env.update(extra)
     return env
 
 
-def srun_env(data, results, folder):
+def srun_env(data, results, folder, paced=True):
     """job_env for the default launcher (srun), with an `ssh` first on the PATH that fails
     and leaves `folder`/ssh-called behind."""
     stubs = folder / "no-ssh"
@@ -102,7 +103,7 @@ def srun_env(data, results, folder):
     (stubs / "ssh").write_text(f'#!/bin/sh\necho "ssh $*" >> {folder / "ssh-called"}\n'
                                'echo "ssh is not allowed here" >&2\nexit 255\n')
     (stubs / "ssh").chmod(0o755)
-    return job_env(data, results, PATH=f"{stubs}{os.pathsep}{os.environ['PATH']}")
+    return job_env(data, results, paced, PATH=f"{stubs}{os.pathsep}{os.environ['PATH']}")
 
 
 def submit(slurm, repo_root, folder, env, sbatch_options=()):
@@ -153,7 +154,7 @@ def uninterrupted(slurm, horovod, data, repo_root, tmp_path_factory):
     (BERT_LAUNCHER=ssh): (results folder, its output)."""
     folder = tmp_path_factory.mktemp("slurm-uninterrupted")
     results = folder / "results"
-    env = job_env(data, results, BERT_LAUNCHER="ssh")
+    env = job_env(data, results, paced=False, BERT_LAUNCHER="ssh")
     env["PYTHON"] = held_back_python(folder)   # rank 1 starts 45 s late
     job_id, path = submit(slurm, repo_root, folder, env)
     state, code, output = finish(slurm, job_id, path)
@@ -298,7 +299,7 @@ def test_a_killed_task_the_job_goes_on_with_one_and_ends_on_a_resubmissions_weig
     assert "== phase 2" in output
 
     # The same checkpoint resumed by a resubmission on 1 GPU: the same weights, bit for bit.
-    ref_env = srun_env(data, reference, tmp_path)
+    ref_env = srun_env(data, reference, tmp_path, paced=False)
     ref_env["GPUS_PER_NODE"] = "1"
     ref_job = slurm.sbatch(["--nodes=1", "--gpus-per-node=0",
                             os.path.join(repo_root, "scripts", "run.sub")] + ELASTIC,
