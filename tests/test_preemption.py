@@ -48,14 +48,15 @@ def script_env(data, results, paced=True, **extra):
     steps on any CPU (on a Zen 5 they took ~2 s, the signal's way). `paced=False` for a run
     nothing interrupts (a reference, a resumption to the end): the wait changes no weight, so
     such a run only loses time to it (~15 s a run of both phases on one rank)."""
-    pace = {"BERT_TEST_MICRO_BATCH_SECONDS": "0.15"} if paced else {}
     env = dict(os.environ, BERT_CONFIG=str(data / "bert_config.json"),
                RESULTS_DIR=str(results), PYTHON=sys.executable, DISPLAY_LOSS_STEPS="1",
                TRAIN_DATA_PHASE1=str(data / "training"), EVAL_DATA_PHASE1=str(data / "test"),
                TRAIN_DATA_PHASE2=str(data / "training"), EVAL_DATA_PHASE2=str(data / "test"),
-               **pace, **extra)
-    if not paced:
-        env.pop("BERT_TEST_MICRO_BATCH_SECONDS", None)  # nor from the caller's environment
+               **extra)
+    if paced:
+        env["BERT_TEST_MICRO_BATCH_SECONDS"] = "0.15"
+    else:  # nor from the caller's environment
+        env.pop("BERT_TEST_MICRO_BATCH_SECONDS", None)
     return env
 
 
