@@ -17,7 +17,9 @@ setup(
     packages=["cli", "pretraining", "finetuning", "training", "runtime", "resilience",
               "modeling", "optimization", "data_prep", "data_prep.bertprep",
               "data_prep.instances", "data_prep.wordpiece", "data_prep.processes", "reporting"],
-    package_data={"modeling": ["configs/*.json"]},
+    package_data={"modeling": ["configs/*.json"],
+                  # the serving kernels' sources, compiled on the machine that serves
+                  "finetuning": ["kernels/*.cc", "kernels/*.h"]},
     install_requires=[
         "tensorflow-estimator==2.15.0",
         "keras==2.15.0",

@@ -6,10 +6,12 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 
+from finetuning.add_layer_norm import fuse_add_layer_norms
 from finetuning.eigen_transpose import transpose_as_integers
 from finetuning.fused_attention_scores import fuse_attention_scores
 from finetuning.fused_layer_norm import many_rows, many_rows_variant
 from finetuning.fused_layer_norm import PREFIX as MANY_ROWS_PREFIX
+from finetuning.packed_attention import pack_attention
 from finetuning.weight_blocking import MID_ROWS, mid_rows_variant
 
 tf1 = tf.compat.v1
@@ -71,12 +73,16 @@ FREEZE_LIMIT_BYTES = 512 * 1024 ** 2
 def freeze(session, fetches, precision="fp32"):
     """A session of `session`'s graph pruned to `fetches` (tensor names) with its variables
     turned into constants (the old session is closed), computing in `precision`: no variable
-    reads at serving time, and Grappler sees the weights as constants. Attention's scores
-    are scaled and masked inside their product (`fused_attention_scores`), and its
-    transposes run on TensorFlow's own kernel (`eigen_transpose`: oneDNN's costs ~40 us a
-    call however small). Returns the session and the variants `SessionCall` picks from:
-    the copy with oneDNN's layer norm (`fused_layer_norm`) and, in float32, the copy whose
-    dense layers serve 7-80 rows (`weight_blocking`); none where there is no such copy."""
+    reads at serving time, and Grappler sees the weights as constants. Each layer's
+    attention is our one op on the real rows (`packed_attention`) and each residual add and
+    layer norm another (`add_layer_norm`), where our kernels can be had (`custom_ops`).
+    Without them, attention's scores are scaled and masked inside their product
+    (`fused_attention_scores`), its transposes run on TensorFlow's own kernel
+    (`eigen_transpose`: oneDNN's costs ~40 us a call however small), and a copy of the
+    graph with oneDNN's layer norm serves calls of many rows (`fused_layer_norm`). Returns
+    the session and the variants `SessionCall` picks from: that copy and, in float32, the
+    copy whose dense layers serve 7-80 rows (`weight_blocking`); none where there is no such
+    copy."""
     graph = session.graph
     keep = sorted({name.split(":")[0] for name in fetches})
     frozen = tf1.graph_util.convert_variables_to_constants(session, graph.as_graph_def(), keep)
@@ -87,10 +93,14 @@ def freeze(session, fetches, precision="fp32"):
     elif precision == "bf16":
         from finetuning.bf16_graph import bfloat16_graph
         frozen = bfloat16_graph(frozen, keep)
+    frozen, _ = pack_attention(frozen)  # attention on the real rows, one op a layer
+    frozen, ours = fuse_add_layer_norms(frozen)  # residual add and layer norm, one op each
     frozen, _ = fuse_attention_scores(frozen)  # scale and mask inside the product
     frozen, _ = transpose_as_integers(frozen)  # Eigen's transposes, not oneDNN's
-    frozen, many_rows_outputs = many_rows_variant(frozen, fetches)  # oneDNN's layer norms
-    variants = [(range(many_rows(), sys.maxsize), many_rows_outputs)] if many_rows_outputs else []
+    variants = []
+    if not ours:  # oneDNN's layer norms for many rows, where ours are not there
+        frozen, many = many_rows_variant(frozen, fetches)
+        variants += [(range(many_rows(), sys.maxsize), many)] if many else []
     if precision == "fp32":  # the weights' blocking follows the rows (weight_blocking)
         frozen, mid_rows = mid_rows_variant(frozen, fetches, skip_prefix=MANY_ROWS_PREFIX)
         variants += [(MID_ROWS, mid_rows)] if mid_rows else []

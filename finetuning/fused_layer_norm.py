@@ -60,8 +60,29 @@ def many_rows_variant(graph_def, fetches):
 
 def _fused_layer_norms(graph_def):
     """{the layer norm's last node's name: a `_MklLayerNorm` NodeDef of that name} for each
-    `(x - mean(x)) * rsqrt(mean((x - mean(x))^2) + eps) * gamma + beta` over x's last axis
-    (`modeling.core.layer_norm`, as Grappler leaves it)."""
+    layer norm `layer_norms` finds."""
+    fused = {}
+    for found in layer_norms(graph_def):
+        node = tf1.NodeDef(name=found.shift.name, op=FUSED_OP, device=found.shift.device)
+        node.input.extend([found.x, found.gamma, found.beta])
+        node.attr["T"].CopyFrom(found.shift.attr["T"])
+        node.attr["epsilon"].f = found.epsilon
+        fused[found.shift.name] = node
+    return fused
+
+
+class LayerNorm:
+    """A layer norm's pattern in a GraphDef: its last node (`shift`, the add of beta), its
+    input x, gamma's and beta's names, epsilon, and the names of its ten nodes."""
+
+    def __init__(self, shift, x, gamma, beta, epsilon, names):
+        self.shift, self.x, self.gamma, self.beta = shift, x, gamma, beta
+        self.epsilon, self.names = epsilon, names
+
+
+def layer_norms(graph_def):
+    """[LayerNorm] for each `(x - mean(x)) * rsqrt(mean((x - mean(x))^2) + eps) * gamma +
+    beta` over x's last axis (`modeling.core.layer_norm`, as Grappler leaves it)."""
     nodes = {node.name: node for node in graph_def.node}
     shapes = static_shapes(graph_def)
 
@@ -78,7 +99,7 @@ def _fused_layer_norms(graph_def):
         axis = np.asarray(tensor_util.MakeNdarray(axes.attr["value"].tensor)).reshape(-1)
         return len(axis) == 1 and axis[0] in (-1, x_shape.rank - 1) and mean.input[0] == x
 
-    fused = {}
+    found = []
     for shift in graph_def.node:
         if shift.op != "AddV2" or has_control_input(shift):
             continue
@@ -106,12 +127,13 @@ def _fused_layer_norms(graph_def):
         if any(shapes.get(name) is None or shapes[name].as_list() != [width]
                for name in (gamma, beta)):
             continue
-        node = tf1.NodeDef(name=shift.name, op=FUSED_OP, device=shift.device)
-        node.input.extend([x, gamma, beta])
-        node.attr["T"].CopyFrom(shift.attr["T"])
-        node.attr["epsilon"].f = float(tensor_util.MakeNdarray(epsilon.attr["value"].tensor))
-        fused[shift.name] = node
-    return fused
+        names = {shift.name, scaled.name, normed.name, centred.name, rsqrt.name,
+                 plus_epsilon.name, mean.name, variance.name, squared.name,
+                 squared.input[1].split(":")[0]}
+        found.append(LayerNorm(shift, x, gamma, beta,
+                               float(tensor_util.MakeNdarray(epsilon.attr["value"].tensor)),
+                               names))
+    return found
 
 
 def _through_stop_gradient(source, nodes):

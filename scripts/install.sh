@@ -248,6 +248,12 @@ remove_other_flavour
 log "installing the package with extras [$EXTRAS]"
 "${PIP[@]}" install -q -e "$ROOT[$EXTRAS]"
 
+# Our serving kernels (finetuning/custom_ops.py), built now for this TensorFlow and CPU so
+# that the first model served does not wait ~10 s for them; without a C++ compiler the
+# serving graph keeps TensorFlow's ops, and this says so on one line.
+log "building the serving kernels"
+"$VENV/bin/python" -m finetuning.custom_ops 2>&1 | grep -v "^[0-9-]* [0-9:.]*: [IW] " || true
+
 # The NCCL Horovod links: the venv's nvidia-nccl-cu12, the one TensorFlow itself loads, unless
 # the user names another with HOROVOD_NCCL_HOME/_INCLUDE/_LIB. pip ships only libnccl.so.2, so
 # the linker gets an unversioned libnccl.so link in $1 (a build folder, not the package), and

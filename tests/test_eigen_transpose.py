@@ -63,7 +63,9 @@ def test_a_name_taken_by_the_rewrite_is_refused():
 def test_a_served_model_transposes_no_floats_and_answers_exactly_as_before(
         exported, precision, monkeypatch):
     """The runner's frozen graph holds no float transpose (attention's four a layer moved),
-    and its outputs are bit for bit those of the same graph with oneDNN's transposes."""
+    and its outputs are bit for bit those of the same graph with oneDNN's transposes. The
+    graph where TensorFlow's ops serve attention (without our kernel: packed_attention)."""
+    monkeypatch.setenv("BERT_PACKED_ATTENTION", "0")
     task, path = exported
     layers = named_config("tiny").num_hidden_layers
     served = SavedModelRunner(path, precision)

@@ -95,7 +95,9 @@ def test_a_served_model_fuses_every_layer_and_answers_as_before(exported, precis
                                                                 monkeypatch):
     """Each layer's scores are one fused op in the runner's graph, no unfused product is
     left, and the answers are those of the same graph unfused: in float32 to its summation
-    order; in bfloat16 (where the CPU has it) to bfloat16's rounding, against float32's."""
+    order; in bfloat16 (where the CPU has it) to bfloat16's rounding, against float32's. The
+    graph where TensorFlow's ops serve attention (without our kernel: packed_attention)."""
+    monkeypatch.setenv("BERT_PACKED_ATTENTION", "0")
     if precision == "bf16" and not cpu_has_native_bfloat16():
         pytest.skip("this CPU has no native bfloat16: bf16 products are not fused here")
     task, path = exported

@@ -1,0 +1,8 @@
+// Our kernels compiled for avx512 (its flags: finetuning/custom_ops.py).
+#include "vectors.h"
+
+#define PACKED_ATTENTION_NAME packed_attention_avx512
+#include "packed_attention.h"
+
+#define LAYER_NORM_NAME add_layer_norm_avx512
+#include "layer_norm.h"

@@ -1,0 +1,239 @@
+// Our TensorFlow ops for the serving graph (finetuning/custom_ops.py builds them, the
+// rewrites in finetuning/packed_attention.py and finetuning/add_layer_norm.py use them).
+//
+// BertPackedAttention: BERT's self-attention on the real rows of a batch, as one op.
+//
+// query, key, value: [n, hidden] (float32 or bfloat16), the projections of the batch's real
+// tokens only (modeling/real_rows.py: row by row, sequence after sequence, each sequence's
+// position 0 kept); input_mask: [batch, seq] int32, which says where those rows sit.
+// context: [n, hidden], what the exported graph computes for those rows by padding them back
+// to [batch, seq], splitting heads, scaling, masking, softmax and the context product, then
+// packing again. A query attends to its own sequence's rows whose mask is 1 (all of them
+// where none is, as a softmax over equal -10000 biases does).
+//
+// BertAddLayerNorm: y = layer_norm(x + residual) over the last axis, float32, and y_low: y as
+// Tlow (bfloat16 for the next bf16 products; y itself where Tlow is float32).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/shape_inference.h"
+#include "tensorflow/core/util/work_sharder.h"
+
+using namespace tensorflow;  // NOLINT
+
+typedef void (*AttentionFn)(const void*, const void*, const void*, void*, int, int, int, int,
+                            float, const int*, const int*, const uint8_t*, int64_t, int64_t);
+
+typedef void (*LayerNormFn)(const void*, const float*, const float*, const float*, float,
+                            float*, uint16_t*, int, int, int64_t, int64_t);
+
+extern "C" {
+void add_layer_norm_avx512(const void*, const float*, const float*, const float*, float, float*,
+                           uint16_t*, int, int, int64_t, int64_t);
+void add_layer_norm_avx2(const void*, const float*, const float*, const float*, float, float*,
+                         uint16_t*, int, int, int64_t, int64_t);
+void add_layer_norm_generic(const void*, const float*, const float*, const float*, float, float*,
+                            uint16_t*, int, int, int64_t, int64_t);
+void packed_attention_avx512(const void*, const void*, const void*, void*, int, int, int, int,
+                             float, const int*, const int*, const uint8_t*, int64_t, int64_t);
+void packed_attention_avx2(const void*, const void*, const void*, void*, int, int, int, int,
+                           float, const int*, const int*, const uint8_t*, int64_t, int64_t);
+void packed_attention_generic(const void*, const void*, const void*, void*, int, int, int, int,
+                              float, const int*, const int*, const uint8_t*, int64_t, int64_t);
+}
+
+REGISTER_OP("BertPackedAttention")
+    .Input("query: T")
+    .Input("key: T")
+    .Input("value: T")
+    .Input("input_mask: int32")
+    .Output("context: T")
+    .Attr("T: {float, bfloat16}")
+    .Attr("num_heads: int >= 1")
+    .Attr("scale: float")
+    .Attr("isa: {'avx512', 'avx2', 'generic'} = 'generic'")
+    .SetShapeFn([](shape_inference::InferenceContext* c) {
+      c->set_output(0, c->input(0));
+      return OkStatus();
+    });
+
+REGISTER_OP("BertAddLayerNorm")
+    .Input("x: T")
+    .Input("residual: float")
+    .Input("gamma: float")
+    .Input("beta: float")
+    .Output("y: float")
+    .Output("y_low: Tlow")
+    .Attr("T: {float, bfloat16}")
+    .Attr("Tlow: {float, bfloat16} = DT_FLOAT")
+    .Attr("epsilon: float")
+    .Attr("isa: {'avx512', 'avx2', 'generic'} = 'generic'")
+    .SetShapeFn([](shape_inference::InferenceContext* c) {
+      c->set_output(0, c->input(0));
+      c->set_output(1, c->input(0));
+      return OkStatus();
+    });
+
+// The widest instruction set at or below `isa` that this CPU runs.
+static std::string Widest(const std::string& isa) {
+  __builtin_cpu_init();
+  if (isa == "avx512" && __builtin_cpu_supports("avx512f")) return "avx512";
+  if (isa != "generic" && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    return "avx2";
+  return "generic";
+}
+
+static AttentionFn ChooseAttention(const std::string& isa) {
+  const std::string widest = Widest(isa);
+  return widest == "avx512" ? packed_attention_avx512
+         : widest == "avx2" ? packed_attention_avx2 : packed_attention_generic;
+}
+
+static LayerNormFn ChooseLayerNorm(const std::string& isa) {
+  const std::string widest = Widest(isa);
+  return widest == "avx512" ? add_layer_norm_avx512
+         : widest == "avx2" ? add_layer_norm_avx2 : add_layer_norm_generic;
+}
+
+template <typename T>
+class PackedAttentionOp : public OpKernel {
+ public:
+  explicit PackedAttentionOp(OpKernelConstruction* context) : OpKernel(context) {
+    OP_REQUIRES_OK(context, context->GetAttr("num_heads", &heads_));
+    OP_REQUIRES_OK(context, context->GetAttr("scale", &scale_));
+    std::string isa;
+    OP_REQUIRES_OK(context, context->GetAttr("isa", &isa));
+    attend_ = ChooseAttention(isa);
+  }
+
+  void Compute(OpKernelContext* context) override {
+    const Tensor& query = context->input(0);
+    const Tensor& key = context->input(1);
+    const Tensor& value = context->input(2);
+    const Tensor& mask = context->input(3);
+    OP_REQUIRES(context, query.dims() == 2 && key.shape() == query.shape() &&
+                             value.shape() == query.shape(),
+                errors::InvalidArgument("query, key and value must be one [rows, hidden] shape"));
+    OP_REQUIRES(context, mask.dims() == 2, errors::InvalidArgument("input_mask must be [batch, seq]"));
+    const int64_t rows = query.dim_size(0), hidden = query.dim_size(1);
+    OP_REQUIRES(context, hidden % heads_ == 0 && (hidden / heads_) % 16 == 0,
+                errors::InvalidArgument("hidden ", hidden, " is not num_heads ", heads_,
+                                        " heads of a multiple of 16"));
+    const int batch = static_cast<int>(mask.dim_size(0)), seq = static_cast<int>(mask.dim_size(1));
+    const int32_t* flags = mask.flat<int32_t>().data();
+    std::vector<int> starts(batch), lengths(batch);
+    std::vector<uint8_t> key_valid;
+    key_valid.reserve(rows);
+    for (int b = 0; b < batch; ++b) {
+      starts[b] = static_cast<int>(key_valid.size());
+      for (int j = 0; j < seq; ++j) {
+        const bool real = flags[b * seq + j] != 0;
+        if (j == 0 || real) key_valid.push_back(real ? 1 : 0);
+      }
+      lengths[b] = static_cast<int>(key_valid.size()) - starts[b];
+    }
+    OP_REQUIRES(context, static_cast<int64_t>(key_valid.size()) == rows,
+                errors::InvalidArgument("input_mask holds ", key_valid.size(),
+                                        " real rows, query ", rows));
+    Tensor* output = nullptr;
+    OP_REQUIRES_OK(context, context->allocate_output(0, query.shape(), &output));
+    if (rows == 0) return;
+    const int head_size = static_cast<int>(hidden / heads_);
+    int64_t longest = 0;
+    for (int length : lengths) longest = length > longest ? length : longest;
+    const int64_t cost = 4 * longest * longest * head_size;  // a (sequence, head)'s flops
+    const bool bf16 = DataTypeToEnum<T>::value == DT_BFLOAT16;
+    const void* q = query.tensor_data().data();
+    const void* k = key.tensor_data().data();
+    const void* v = value.tensor_data().data();
+    void* out = const_cast<char*>(output->tensor_data().data());
+    const int heads = heads_, width = static_cast<int>(hidden);
+    const float scale = scale_;
+    AttentionFn attend = attend_;
+    auto work = [&](int64_t begin, int64_t end) {
+      attend(q, k, v, out, bf16, width, heads, head_size, scale, starts.data(), lengths.data(),
+             key_valid.data(), begin, end);
+    };
+    auto* threads = context->device()->tensorflow_cpu_worker_threads();
+    Shard(threads->num_threads, threads->workers, static_cast<int64_t>(batch) * heads, cost, work);
+  }
+
+ private:
+  int heads_;
+  float scale_;
+  AttentionFn attend_;
+};
+
+REGISTER_KERNEL_BUILDER(Name("BertPackedAttention").Device(DEVICE_CPU).TypeConstraint<float>("T"),
+                        PackedAttentionOp<float>);
+REGISTER_KERNEL_BUILDER(
+    Name("BertPackedAttention").Device(DEVICE_CPU).TypeConstraint<bfloat16>("T"),
+    PackedAttentionOp<bfloat16>);
+
+template <typename T, typename Tlow>
+class AddLayerNormOp : public OpKernel {
+ public:
+  explicit AddLayerNormOp(OpKernelConstruction* context) : OpKernel(context) {
+    OP_REQUIRES_OK(context, context->GetAttr("epsilon", &epsilon_));
+    std::string isa;
+    OP_REQUIRES_OK(context, context->GetAttr("isa", &isa));
+    normalize_ = ChooseLayerNorm(isa);
+  }
+
+  void Compute(OpKernelContext* context) override {
+    const Tensor& x = context->input(0);
+    const Tensor& residual = context->input(1);
+    const Tensor& gamma = context->input(2);
+    const Tensor& beta = context->input(3);
+    OP_REQUIRES(context, x.dims() >= 1 && residual.shape() == x.shape(),
+                errors::InvalidArgument("x and residual must be one shape"));
+    const int64_t width = x.dim_size(x.dims() - 1);
+    OP_REQUIRES(context, gamma.dims() == 1 && gamma.dim_size(0) == width &&
+                             beta.shape() == gamma.shape(),
+                errors::InvalidArgument("gamma and beta must be [", width, "]"));
+    Tensor* y = nullptr;
+    OP_REQUIRES_OK(context, context->allocate_output(0, x.shape(), &y));
+    uint16_t* low = nullptr;
+    if (DataTypeToEnum<Tlow>::value == DT_FLOAT) {
+      context->set_output(1, *y);
+    } else {
+      Tensor* low_tensor = nullptr;
+      OP_REQUIRES_OK(context, context->allocate_output(1, x.shape(), &low_tensor));
+      low = reinterpret_cast<uint16_t*>(const_cast<char*>(low_tensor->tensor_data().data()));
+    }
+    const int64_t rows = width == 0 ? 0 : x.NumElements() / width;
+    if (rows == 0) return;
+    const void* in = x.tensor_data().data();
+    const float* res = residual.flat<float>().data();
+    const float* g = gamma.flat<float>().data();
+    const float* b = beta.flat<float>().data();
+    float* out = y->flat<float>().data();
+    const bool bf16 = DataTypeToEnum<T>::value == DT_BFLOAT16;
+    const float epsilon = epsilon_;
+    const int columns = static_cast<int>(width);
+    LayerNormFn normalize = normalize_;
+    auto work = [&](int64_t begin, int64_t end) {
+      normalize(in, res, g, b, epsilon, out, low, bf16, columns, begin, end);
+    };
+    auto* threads = context->device()->tensorflow_cpu_worker_threads();
+    Shard(threads->num_threads, threads->workers, rows, 12 * width, work);
+  }
+
+ private:
+  float epsilon_;
+  LayerNormFn normalize_;
+};
+
+#define REGISTER_ADD_LAYER_NORM(T, Tlow)                                             \
+  REGISTER_KERNEL_BUILDER(Name("BertAddLayerNorm")                                  \
+                              .Device(DEVICE_CPU)                                   \
+                              .TypeConstraint<T>("T")                               \
+                              .TypeConstraint<Tlow>("Tlow"),                        \
+                          AddLayerNormOp<T, Tlow>);
+REGISTER_ADD_LAYER_NORM(float, float)
+REGISTER_ADD_LAYER_NORM(float, bfloat16)
+REGISTER_ADD_LAYER_NORM(bfloat16, float)
+REGISTER_ADD_LAYER_NORM(bfloat16, bfloat16)
