@@ -22,7 +22,7 @@ import os
 import tensorflow as tf
 
 from finetuning.fused_layer_norm import layer_norms
-from finetuning.graph_nodes import readers, static_shapes
+from finetuning.graph_nodes import readers, rebuilt, static_shapes
 from finetuning.packed_attention import kernel_isa
 
 tf1 = tf.compat.v1
@@ -49,16 +49,8 @@ def fuse_add_layer_norms(graph_def):
     from finetuning.custom_ops import library
     if library() is None:
         return graph_def, 0
-    rewritten = tf1.GraphDef()
-    rewritten.versions.CopyFrom(graph_def.versions)
-    rewritten.library.CopyFrom(graph_def.library)
-    for node in graph_def.node:
-        if node.name in casts:
-            continue
-        copy = rewritten.node.add()
-        copy.CopyFrom(fused.get(node.name, node))
-        copy.input[:] = [_through(source, casts) for source in copy.input]
-    return rewritten, len(fused)
+    return (rebuilt(graph_def, fused, removed=set(casts),
+                    source_of=lambda source: _through(source, casts)), len(fused))
 
 
 def _through(source, casts):

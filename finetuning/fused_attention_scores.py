@@ -22,7 +22,8 @@ a CPU that multiplies bfloat16 natively, which is where a bf16 serving graph run
 """
 import tensorflow as tf
 
-from finetuning.graph_nodes import fusion_available, has_control_input, readers, static_shapes
+from finetuning.graph_nodes import (fusion_available, has_control_input, readers, rebuilt,
+                                    static_shapes)
 
 tf1 = tf.compat.v1
 
@@ -34,16 +35,10 @@ def fuse_attention_scores(graph_def):
     [batch, 1, 1 or rows, columns] made one `_MklFusedBatchMatMulV2(a, b, scalar, addend)`
     named as the add; the rest copied as it is. Returns a new GraphDef and the number fused
     (0, the graph unchanged, where `fusion_available()` says no)."""
-    rewritten = tf1.GraphDef()
-    rewritten.versions.CopyFrom(graph_def.versions)
-    rewritten.library.CopyFrom(graph_def.library)
     fused = _fusions(graph_def) if fusion_available() else {}
     removed = {name for node in fused.values() for name in node.removed}
-    for node in graph_def.node:
-        if node.name in removed:
-            continue
-        rewritten.node.add().CopyFrom(fused[node.name].node if node.name in fused else node)
-    return rewritten, len(fused)
+    replaced = {name: fusion.node for name, fusion in fused.items()}
+    return rebuilt(graph_def, replaced, removed), len(fused)
 
 
 class _Fusion:

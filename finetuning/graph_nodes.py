@@ -1,5 +1,5 @@
 """What the load-time rewrites of a frozen serving graph (`fused_attention_scores`,
-`fused_layer_norm`, `int8_dense`) ask of a GraphDef: who reads a node, whether it waits on a
+`fused_layer_norm`, `int8_dense`, `packed_attention`, `add_layer_norm`) ask of a GraphDef: who reads a node, whether it waits on a
 control input, the static shapes TensorFlow infers, and whether oneDNN's fused kernels run."""
 import tensorflow as tf
 from tensorflow.python.util import _pywrap_util_port
@@ -56,6 +56,23 @@ def with_copy(graph_def, fetches, copied, prefix, replaced=None):
         copy.name = prefix + node.name
         copy.input[:] = [renamed(source) for source in copy.input]
     return combined, {fetch: renamed(fetch) for fetch in fetches}
+
+
+def rebuilt(graph_def, replaced, removed=frozenset(), source_of=None):
+    """A new GraphDef of `graph_def`'s nodes, each NodeDef taken from `replaced` (by name)
+    where it names one, those named in `removed` left out, and every input passed through
+    `source_of` (input name -> input name) where given; versions and library kept."""
+    rewritten = tf1.GraphDef()
+    rewritten.versions.CopyFrom(graph_def.versions)
+    rewritten.library.CopyFrom(graph_def.library)
+    for node in graph_def.node:
+        if node.name in removed:
+            continue
+        copy = rewritten.node.add()
+        copy.CopyFrom(replaced.get(node.name, node))
+        if source_of is not None:
+            copy.input[:] = [source_of(source) for source in copy.input]
+    return rewritten
 
 
 def has_control_input(node):

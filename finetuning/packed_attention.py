@@ -24,7 +24,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from finetuning.graph_nodes import readers, static_shapes
+from finetuning.graph_nodes import readers, rebuilt, static_shapes
 
 tf1 = tf.compat.v1
 
@@ -61,15 +61,9 @@ def pack_attention(graph_def):
     from finetuning.custom_ops import library
     if library() is None:
         return graph_def, 0
-    removed = {name for match in matches.values() for name in match[1]}
-    rewritten = tf1.GraphDef()
-    rewritten.versions.CopyFrom(graph_def.versions)
-    rewritten.library.CopyFrom(graph_def.library)
-    for node in graph_def.node:
-        if node.name in removed:
-            continue
-        rewritten.node.add().CopyFrom(matches[node.name][0] if node.name in matches else node)
-    return rewritten, len(matches)
+    removed = {name for _, names in matches.values() for name in names}
+    replaced = {name: node for name, (node, _) in matches.items()}
+    return rebuilt(graph_def, replaced, removed), len(matches)
 
 
 def _matches(graph_def):

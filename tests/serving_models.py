@@ -71,6 +71,25 @@ def summation_order_tolerance(reference):
     return 256 * np.finfo(np.float32).eps * max(1.0, float(np.abs(reference).max()))
 
 
+def assert_answers_as_before(got, before, float32_answers, precision):
+    """Each answer of `got` (run_in_batches' dicts) is `before`'s: integers exactly; floats in
+    fp32 to float32's summation order; in bf16 no further from `float32_answers` (the same
+    requests served in fp32) than `before`'s are, give or take one bfloat16 rounding of their
+    scale."""
+    for answer, reference, full in zip(got, before, float32_answers):
+        assert sorted(answer) == sorted(reference)
+        for name, value in reference.items():
+            if value.dtype.kind != "f":
+                np.testing.assert_array_equal(answer[name], value)
+            elif precision == "fp32":
+                np.testing.assert_allclose(answer[name], value, rtol=0,
+                                           atol=summation_order_tolerance(value))
+            else:
+                rounding = 2.0 ** -8 * max(1.0, float(np.abs(full[name]).max()))
+                assert (np.abs(answer[name] - full[name]).max()
+                        <= np.abs(value - full[name]).max() + rounding)
+
+
 def served_nodes(runner):
     """The NodeDefs a `SavedModelRunner` serves a call of one row with: its frozen graph
     without the copies that repeat the encoder for other sizes (finetuning/fused_layer_norm.py,

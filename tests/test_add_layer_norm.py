@@ -12,7 +12,8 @@ from finetuning.add_layer_norm import OP
 from finetuning.inference import SavedModelRunner, run_in_batches
 from modeling import named_config
 from modeling.core import cpu_has_native_bfloat16
-from serving_models import request_features, served_nodes, summation_order_tolerance
+from serving_models import (assert_answers_as_before, request_features, served_nodes,
+                            summation_order_tolerance)
 
 ISAS = ("avx512", "avx2", "generic")
 EPSILON = 1e-12
@@ -89,17 +90,7 @@ def test_a_served_model_fuses_its_encoders_layer_norms_and_answers_as_before(
     got = run_in_batches(served, features, task.extra_serving_inputs, batch_size=4)
     before = run_in_batches(unfused, features, task.extra_serving_inputs, batch_size=4)
     exact = run_in_batches(float32, features, task.extra_serving_inputs, batch_size=4)
-    for answer, reference, full in zip(got, before, exact):
-        for name, value in reference.items():
-            if value.dtype.kind != "f":
-                np.testing.assert_array_equal(answer[name], value)
-            elif precision == "fp32":
-                np.testing.assert_allclose(answer[name], value, rtol=0,
-                                           atol=summation_order_tolerance(value))
-            else:
-                rounding = 2.0 ** -8 * max(1.0, float(np.abs(full[name]).max()))
-                assert (np.abs(answer[name] - full[name]).max()
-                        <= np.abs(value - full[name]).max() + rounding)
+    assert_answers_as_before(got, before, exact, precision)
 
 
 def test_switched_off_nothing_is_fused(monkeypatch):

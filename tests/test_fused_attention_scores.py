@@ -10,7 +10,8 @@ from finetuning.fused_attention_scores import FUSED_OP, fuse_attention_scores
 from finetuning.inference import SavedModelRunner, run_in_batches
 from modeling import named_config
 from modeling.core import cpu_has_native_bfloat16
-from serving_models import request_features, served_nodes, summation_order_tolerance
+from serving_models import (assert_answers_as_before, request_features, served_nodes,
+                            summation_order_tolerance)
 
 tf1 = tf.compat.v1
 BATCH, HEADS, SEQ, SIZE = 2, 3, 5, 4
@@ -113,16 +114,4 @@ def test_a_served_model_fuses_every_layer_and_answers_as_before(exported, precis
     got = run_in_batches(served, features, task.extra_serving_inputs)
     before = run_in_batches(unfused, features, task.extra_serving_inputs)
     exact = run_in_batches(float32, features, task.extra_serving_inputs)
-    for answer, reference, full in zip(got, before, exact):
-        assert sorted(answer) == sorted(reference)
-        for name, value in reference.items():
-            if value.dtype.kind != "f":
-                np.testing.assert_array_equal(answer[name], value)
-            elif precision == "fp32":
-                np.testing.assert_allclose(answer[name], value, rtol=0,
-                                           atol=summation_order_tolerance(value))
-            else:  # no further from float32's answer than the unfused bf16 graph, give or take
-                # one bfloat16 rounding of the output's scale
-                rounding = 2.0 ** -8 * max(1.0, float(np.abs(full[name]).max()))
-                assert (np.abs(answer[name] - full[name]).max()
-                        <= np.abs(value - full[name]).max() + rounding)
+    assert_answers_as_before(got, before, exact, precision)

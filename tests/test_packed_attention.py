@@ -14,7 +14,8 @@ from finetuning.inference import SavedModelRunner, run_in_batches
 from finetuning.packed_attention import OP
 from modeling import named_config
 from modeling.core import cpu_has_native_bfloat16
-from serving_models import request_features, served_nodes, summation_order_tolerance
+from serving_models import (assert_answers_as_before, request_features, served_nodes,
+                            summation_order_tolerance)
 
 HEADS, HEAD_SIZE = 3, 16
 HIDDEN = HEADS * HEAD_SIZE
@@ -122,18 +123,7 @@ def test_a_served_model_packs_every_layer_and_answers_as_before(kernels, exporte
     got = run_in_batches(served, features, task.extra_serving_inputs, batch_size=4)
     before = run_in_batches(unpacked, features, task.extra_serving_inputs, batch_size=4)
     exact = run_in_batches(float32, features, task.extra_serving_inputs, batch_size=4)
-    for answer, reference, full in zip(got, before, exact):
-        assert sorted(answer) == sorted(reference)
-        for name, value in reference.items():
-            if value.dtype.kind != "f":
-                np.testing.assert_array_equal(answer[name], value)
-            elif precision == "fp32":
-                np.testing.assert_allclose(answer[name], value, rtol=0,
-                                           atol=summation_order_tolerance(value))
-            else:
-                rounding = 2.0 ** -8 * max(1.0, float(np.abs(full[name]).max()))
-                assert (np.abs(answer[name] - full[name]).max()
-                        <= np.abs(value - full[name]).max() + rounding)
+    assert_answers_as_before(got, before, exact, precision)
 
 
 def test_without_a_compiler_the_graph_serves_as_it_was(exported, tmp_path, monkeypatch, capfd):
