@@ -9,8 +9,9 @@
 extern "C" void LAYER_NORM_NAME(const void* x, const float* residual, const float* gamma,
                                 const float* beta, float epsilon, float* y, uint16_t* low,
                                 int bf16, int width, int64_t begin, int64_t end) {
-  thread_local std::vector<float> row;
-  row.resize(width + kLanes);
+  thread_local std::vector<float> scratch;
+  scratch.resize(width);
+  float* row = scratch.data();  // once: a thread_local's every use goes through its TLS wrapper
   const int vectors = width / kLanes * kLanes;
   for (int64_t r = begin; r < end; ++r) {
     const size_t offset = static_cast<size_t>(r) * width;
@@ -22,23 +23,23 @@ extern "C" void LAYER_NORM_NAME(const void* x, const float* residual, const floa
       const float* in = static_cast<const float*>(x) + offset;
       for (int i = 0; i < width; ++i) row[i] = in[i] + res[i];
     }
-    vf total = {};
+    vf total[4] = {};  // four chains of adds, not one: an add waits ~4 cycles for the last
     int i = 0;
-    for (; i < vectors; i += kLanes) total += load(row.data() + i);
-    float sum = lane_sum(total);
+    for (; i < vectors; i += kLanes) total[(i / kLanes) & 3] += load(row + i);
+    float sum = lane_sum((total[0] + total[1]) + (total[2] + total[3]));
     for (; i < width; ++i) sum += row[i];
     const float mean = sum / width;
-    vf squares = {};
+    vf squares[4] = {};
     for (i = 0; i < vectors; i += kLanes) {
-      const vf centred = load(row.data() + i) - mean;
-      squares += centred * centred;
+      const vf centred = load(row + i) - mean;
+      squares[(i / kLanes) & 3] += centred * centred;
     }
-    float square_sum = lane_sum(squares);
+    float square_sum = lane_sum((squares[0] + squares[1]) + (squares[2] + squares[3]));
     for (; i < width; ++i) square_sum += (row[i] - mean) * (row[i] - mean);
     const float inverse = 1.0f / std::sqrt(square_sum / width + epsilon);
     float* out = y + offset;
     for (i = 0; i < vectors; i += kLanes)
-      store(out + i, (load(row.data() + i) - mean) * inverse * load(gamma + i) + load(beta + i));
+      store(out + i, (load(row + i) - mean) * inverse * load(gamma + i) + load(beta + i));
     for (; i < width; ++i) out[i] = (row[i] - mean) * inverse * gamma[i] + beta[i];
     if (low != nullptr)
       for (i = 0; i < width; ++i) from_float(out[i], low + offset + i);
