@@ -71,6 +71,15 @@ def summation_order_tolerance(reference):
     return 256 * np.finfo(np.float32).eps * max(1.0, float(np.abs(reference).max()))
 
 
+def answers_of(runners, task, seed, count=7, batch_size=4):
+    """Each runner's answers (run_in_batches) to the same `count` requests of lengths
+    3..LENGTH, `batch_size` a call: batches mixing short and long requests."""
+    from finetuning.inference import run_in_batches
+    features = request_features(count, np.random.default_rng(seed))
+    return [run_in_batches(runner, features, task.extra_serving_inputs, batch_size=batch_size)
+            for runner in runners]
+
+
 def assert_answers_as_before(got, before, float32_answers, precision):
     """Each answer of `got` (run_in_batches' dicts) is `before`'s: integers exactly; floats in
     fp32 to float32's summation order; in bf16 no further from `float32_answers` (the same

@@ -9,10 +9,10 @@ import tensorflow as tf
 
 from finetuning import add_layer_norm, custom_ops
 from finetuning.add_layer_norm import OP
-from finetuning.inference import SavedModelRunner, run_in_batches
+from finetuning.inference import SavedModelRunner
 from modeling import named_config
 from modeling.core import cpu_has_native_bfloat16
-from serving_models import (assert_answers_as_before, request_features, served_nodes,
+from serving_models import (answers_of, assert_answers_as_before, served_nodes,
                             summation_order_tolerance)
 
 ISAS = ("avx512", "avx2", "generic")
@@ -85,11 +85,7 @@ def test_a_served_model_fuses_its_encoders_layer_norms_and_answers_as_before(
     monkeypatch.setenv("BERT_ADD_LAYER_NORM", "0")
     unfused = SavedModelRunner(path, precision)
     assert OP not in [node.op for node in served_nodes(unfused)]
-    float32 = SavedModelRunner(path, "fp32")
-    features = request_features(7, np.random.default_rng(6))
-    got = run_in_batches(served, features, task.extra_serving_inputs, batch_size=4)
-    before = run_in_batches(unfused, features, task.extra_serving_inputs, batch_size=4)
-    exact = run_in_batches(float32, features, task.extra_serving_inputs, batch_size=4)
+    got, before, exact = answers_of([served, unfused, SavedModelRunner(path, "fp32")], task, 6)
     assert_answers_as_before(got, before, exact, precision)
 
 

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from finetuning import custom_ops, frozen_session, packed_attention
-from finetuning.inference import SavedModelRunner, run_in_batches
+from finetuning import custom_ops, packed_attention
+from finetuning.inference import SavedModelRunner
 from finetuning.packed_attention import OP
 from modeling import named_config
 from modeling.core import cpu_has_native_bfloat16
-from serving_models import (assert_answers_as_before, request_features, served_nodes,
+from serving_models import (answers_of, assert_answers_as_before, served_nodes,
                             summation_order_tolerance)
 
 HEADS, HEAD_SIZE = 3, 16
@@ -118,11 +118,7 @@ def test_a_served_model_packs_every_layer_and_answers_as_before(kernels, exporte
     monkeypatch.setenv("BERT_PACKED_ATTENTION", "0")
     unpacked = SavedModelRunner(path, precision)
     assert OP not in [node.op for node in served_nodes(unpacked)]
-    float32 = SavedModelRunner(path, "fp32")
-    features = request_features(7, np.random.default_rng(4))
-    got = run_in_batches(served, features, task.extra_serving_inputs, batch_size=4)
-    before = run_in_batches(unpacked, features, task.extra_serving_inputs, batch_size=4)
-    exact = run_in_batches(float32, features, task.extra_serving_inputs, batch_size=4)
+    got, before, exact = answers_of([served, unpacked, SavedModelRunner(path, "fp32")], task, 4)
     assert_answers_as_before(got, before, exact, precision)
 
 
@@ -135,8 +131,7 @@ def test_without_a_compiler_the_graph_serves_as_it_was(exported, tmp_path, monke
     assert OP not in [node.op for node in served_nodes(served)]
     said = [line for line in capfd.readouterr().err.splitlines() if "our kernels" in line]
     assert len(said) == 1 and "no C++ compiler" in said[0]
-    features = request_features(2, np.random.default_rng(4))
-    assert len(run_in_batches(served, features, task.extra_serving_inputs)) == 2
+    assert len(answers_of([served], task, seed=4, count=2)[0]) == 2
     assert custom_ops.library() is None  # decided once a process
     assert not any("our kernels" in line for line in capfd.readouterr().err.splitlines())
 
@@ -154,8 +149,7 @@ def test_a_failed_build_leaves_no_library_behind(tmp_path, monkeypatch, capfd):
     assert len(said) == 1 and "no-such-flag" in said[0]
 
 
-def test_switched_off_or_on_a_gpu_nothing_is_rewritten(exported, monkeypatch):
-    task, path = exported
+def test_switched_off_or_on_a_gpu_nothing_is_rewritten(monkeypatch):
     monkeypatch.setenv("BERT_PACKED_ATTENTION", "0")
     assert not packed_attention.enabled()
     monkeypatch.delenv("BERT_PACKED_ATTENTION")
@@ -173,3 +167,47 @@ def test_the_kernel_stays_below_onednns_cap(monkeypatch, cap, isa):
     kernel's AVX2 code too, so that both sides of a comparison stay below one line."""
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
     assert packed_attention.kernel_isa() == isa
+
+
+def _frozen_encoder(heads, hidden=48):
+    """A 2-layer encoder computing the real rows only (BertModel(skip_padding=True)), random
+    weights frozen to constants, its sequence output named "out"."""
+    from modeling import BertModel
+    tf1 = tf.compat.v1
+    config = named_config("tiny").replace(vocab_size=101, hidden_size=hidden,
+                                          num_attention_heads=heads, intermediate_size=2 * hidden)
+    with tf.Graph().as_default() as graph:
+        tf1.set_random_seed(3)
+        inputs = [tf1.placeholder(tf.int32, [None, None], name=name)
+                  for name in ("input_ids", "input_mask", "segment_ids")]
+        model = BertModel(config, False, *inputs, scope="bert", skip_padding=True)
+        tf.identity(model.get_sequence_output(), name="out")
+        with tf1.Session() as session:
+            session.run(tf1.global_variables_initializer())
+            return tf1.graph_util.convert_variables_to_constants(
+                session, graph.as_graph_def(), ["out"])
+
+
+def _run_encoder(graph_def, mask):
+    tf1 = tf.compat.v1
+    ids = np.random.default_rng(1).integers(5, 101, mask.shape).astype(np.int32)
+    with tf.Graph().as_default() as graph:
+        tf1.import_graph_def(graph_def, name="")
+        with tf1.Session(graph=graph) as session:
+            return session.run("out:0", {"input_ids:0": ids, "input_mask:0": mask,
+                                         "segment_ids:0": np.zeros_like(mask)})
+
+
+def test_the_rewrite_serves_the_encoders_attention_and_leaves_other_head_sizes(kernels):
+    """On the encoder's own graph: heads of 16 become one op a layer and the sequence output
+    is the same at every real position, for masks with short, empty and position-0-masked
+    rows; heads of 12 (not a multiple of 16) are left to TensorFlow's ops."""
+    mask = np.array(MASKS, np.int32)
+    graph_def = _frozen_encoder(heads=3)
+    rewritten, count = packed_attention.pack_attention(graph_def)
+    assert count == named_config("tiny").num_hidden_layers
+    before, after = _run_encoder(graph_def, mask), _run_encoder(rewritten, mask)
+    real = (mask != 0) | (np.arange(mask.shape[1]) == 0)
+    np.testing.assert_allclose(after[real], before[real], rtol=0,
+                               atol=summation_order_tolerance(before))
+    assert packed_attention.pack_attention(_frozen_encoder(heads=4))[1] == 0
