@@ -59,7 +59,8 @@ def _through(source, casts):
     name = source.lstrip("^")
     if name.split(":")[0] not in casts or (":" in name and not name.endswith(":0")):
         return source
-    return ("^" if control else "") + casts[name.split(":")[0]]
+    output = casts[name.split(":")[0]]
+    return "^" + output.split(":")[0] if control else output  # a control input names a node
 
 
 def _fusions(graph_def):
@@ -69,7 +70,7 @@ def _fusions(graph_def):
     shapes = static_shapes(graph_def)
     isa = kernel_isa()
     fused, casts = {}, {}
-    for norm in layer_norms(graph_def):
+    for norm in layer_norms(graph_def, shapes):
         add = nodes.get(norm.x)
         if (add is None or add.op != "AddV2" or add.attr["T"].type != _FLOAT
                 or any(source.startswith("^") for source in add.input)

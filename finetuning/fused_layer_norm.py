@@ -80,11 +80,12 @@ class LayerNorm:
         self.epsilon, self.names = epsilon, names
 
 
-def layer_norms(graph_def):
+def layer_norms(graph_def, shapes=None):
     """[LayerNorm] for each `(x - mean(x)) * rsqrt(mean((x - mean(x))^2) + eps) * gamma +
-    beta` over x's last axis (`modeling.core.layer_norm`, as Grappler leaves it)."""
+    beta` over x's last axis (`modeling.core.layer_norm`, as Grappler leaves it). `shapes`:
+    `static_shapes(graph_def)` where the caller has them already."""
     nodes = {node.name: node for node in graph_def.node}
-    shapes = static_shapes(graph_def)
+    shapes = static_shapes(graph_def) if shapes is None else shapes
 
     def node_of(source, op):
         node = nodes.get(source) if ":" not in source and not source.startswith("^") else None
