@@ -128,3 +128,14 @@ def pytest_collection_modifyitems(session, config, items):
     long_files = {item.path for item in items
                   if any(item.get_closest_marker(name) for name in _LONG_MARKERS)}
     items.sort(key=lambda item: item.path not in long_files)  # stable: order kept within
+
+
+@pytest.fixture(scope="session")
+def kernels():
+    """Our serving kernels' library (finetuning/custom_ops.py), built or loaded once a test
+    session; the test skips where it cannot be built (no C++ compiler)."""
+    from finetuning import custom_ops
+    library = custom_ops.library()
+    if library is None:
+        pytest.skip("our kernel library cannot be built here (no C++ compiler?)")
+    return library

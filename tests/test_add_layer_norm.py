@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from finetuning import add_layer_norm, custom_ops
+from finetuning import add_layer_norm
 from finetuning.add_layer_norm import OP
 from finetuning.inference import SavedModelRunner
 from modeling import named_config
@@ -18,14 +18,6 @@ from serving_models import (answers_of, assert_answers_as_before, served_nodes,
 ISAS = ("avx512", "avx2", "generic")
 EPSILON = 1e-12
 WIDTH = 72  # not a multiple of any vector width: the tails run too
-
-
-@pytest.fixture(scope="module")
-def kernels():
-    library = custom_ops.library()
-    if library is None:
-        pytest.skip("the kernel library cannot be built here (no C++ compiler?)")
-    return library
 
 
 def _reference(x, residual, gamma, beta):

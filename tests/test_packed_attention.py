@@ -25,14 +25,6 @@ MASKS = [[1] * 11, [1] * 5 + [0] * 6, [0] * 11, [1] + [0] * 10, [0, 1, 1, 1] + [
 ISAS = ("avx512", "avx2", "generic")
 
 
-@pytest.fixture(scope="module")
-def kernels():
-    library = custom_ops.library()
-    if library is None:
-        pytest.skip("the kernel library cannot be built here (no C++ compiler?)")
-    return library
-
-
 def _rows(mask):
     """[(first packed row, rows, which rows' keys count)] of each sequence, as RealRows packs."""
     spans, start = [], 0
