@@ -17,10 +17,9 @@ bfloat16 are replaced by the op's second output. The rest is left as it is; dead
 pruned by the session. Not where a GPU would run the graph, without the kernel library
 (`custom_ops.library()` says why) or with `BERT_ADD_LAYER_NORM=0`.
 """
-import os
-
 import tensorflow as tf
 
+from finetuning import custom_ops
 from finetuning.fused_layer_norm import layer_norms
 from finetuning.graph_nodes import readers, rebuilt, static_shapes
 from finetuning.packed_attention import kernel_isa
@@ -33,8 +32,7 @@ _FLOAT, _BFLOAT16 = tf.float32.as_datatype_enum, tf.bfloat16.as_datatype_enum
 
 def enabled():
     """Whether the rewrite may run in this process (no GPU, not switched off)."""
-    return (os.environ.get("BERT_ADD_LAYER_NORM", "1") != "0"
-            and not tf.config.list_physical_devices("GPU"))
+    return custom_ops.allowed("BERT_ADD_LAYER_NORM")
 
 
 def fuse_add_layer_norms(graph_def):
@@ -46,8 +44,7 @@ def fuse_add_layer_norms(graph_def):
     fused, casts = _fusions(graph_def)
     if not fused:
         return graph_def, 0
-    from finetuning.custom_ops import library
-    if library() is None:
+    if custom_ops.library() is None:
         return graph_def, 0
     return (rebuilt(graph_def, fused, removed=set(casts),
                     source_of=lambda source: _through(source, casts)), len(fused))

@@ -40,6 +40,13 @@ BUILD_TIMEOUT_SECONDS = 600
 _loaded = {}
 
 
+def allowed(switch):
+    """Whether a rewrite putting our kernels in may run in this process: its environment
+    switch (`switch`, e.g. BERT_PACKED_ATTENTION) not "0", and no GPU to run the graph (the
+    kernels are the CPU's)."""
+    return os.environ.get(switch, "1") != "0" and not tf.config.list_physical_devices("GPU")
+
+
 def cache_folder():
     """Where built libraries are kept (see the module's docstring)."""
     chosen = os.environ.get("BERT_TF_OPS_CACHE")

@@ -1,6 +1,7 @@
 """What the load-time rewrites of a frozen serving graph (`fused_attention_scores`,
-`fused_layer_norm`, `int8_dense`, `packed_attention`, `add_layer_norm`) ask of a GraphDef: who reads a node, whether it waits on a
-control input, the static shapes TensorFlow infers, and whether oneDNN's fused kernels run."""
+`fused_layer_norm`, `int8_dense`, `packed_attention`, `add_layer_norm`) ask of a GraphDef:
+who reads a node, whether it waits on a control input, the static shapes TensorFlow infers,
+and whether oneDNN's fused kernels run."""
 import tensorflow as tf
 from tensorflow.python.util import _pywrap_util_port
 

@@ -19,11 +19,10 @@ else as it is: exports without real rows, packed-row biases, a head size not a m
 16. Nothing is rewritten where a GPU would run the graph, where the kernel library cannot be
 built (`custom_ops.library()` says why) or with `BERT_PACKED_ATTENTION=0`.
 """
-import os
-
 import numpy as np
 import tensorflow as tf
 
+from finetuning import custom_ops
 from finetuning.graph_nodes import readers, rebuilt, static_shapes
 
 tf1 = tf.compat.v1
@@ -34,8 +33,7 @@ _HEADS_FIRST = [0, 2, 1, 3]
 
 def enabled():
     """Whether the rewrite may run in this process (no GPU, not switched off)."""
-    return (os.environ.get("BERT_PACKED_ATTENTION", "1") != "0"
-            and not tf.config.list_physical_devices("GPU"))
+    return custom_ops.allowed("BERT_PACKED_ATTENTION")
 
 
 def kernel_isa():
@@ -58,8 +56,7 @@ def pack_attention(graph_def):
     matches = _matches(graph_def)
     if not matches:
         return graph_def, 0
-    from finetuning.custom_ops import library
-    if library() is None:
+    if custom_ops.library() is None:
         return graph_def, 0
     removed = {name for _, names in matches.values() for name in names}
     replaced = {name: node for name, (node, _) in matches.items()}
