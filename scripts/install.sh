@@ -252,7 +252,7 @@ log "installing the package with extras [$EXTRAS]"
 # that the first model served does not wait ~10 s for them; without a C++ compiler the
 # serving graph keeps TensorFlow's ops, and this says so on one line.
 log "building the serving kernels"
-TF_CPP_MIN_LOG_LEVEL=2 "$VENV/bin/python" -m finetuning.custom_ops || true
+TF_CPP_MIN_LOG_LEVEL=2 "$VENV/bin/python" -m finetuning.custom_ops 2>&1 || true
 
 # The NCCL Horovod links: the venv's nvidia-nccl-cu12, the one TensorFlow itself loads, unless
 # the user names another with HOROVOD_NCCL_HOME/_INCLUDE/_LIB. pip ships only libnccl.so.2, so
