@@ -32,7 +32,7 @@ _VECTOR_UNITS = {
     "kernels_generic.cc": [],
 }
 _OP_UNIT = "ops.cc"
-_HEADERS = ("vectors.h", "packed_attention.h", "layer_norm.h")
+_HEADERS = ("vectors.h", "packed_attention.h", "layer_norm.h", "dense.h")
 _COMMON_FLAGS = ["-O3", "-fPIC", "-std=c++17", "-Wno-psabi", "-fno-math-errno"]
 COMPILER = os.environ.get("CXX", "g++")
 BUILD_TIMEOUT_SECONDS = 600

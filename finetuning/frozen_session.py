@@ -12,6 +12,7 @@ from finetuning.fused_attention_scores import fuse_attention_scores
 from finetuning.fused_layer_norm import many_rows, many_rows_variant
 from finetuning.fused_layer_norm import PREFIX as MANY_ROWS_PREFIX
 from finetuning.packed_attention import pack_attention
+from finetuning.packed_dense import pack_dense_layers
 from finetuning.weight_blocking import MID_ROWS, mid_rows_variant
 
 tf1 = tf.compat.v1
@@ -31,7 +32,8 @@ class SessionCall:
     `variants` ([(range of real tokens, {output tensor name: its name in the variant's
     copy})], none by default): a call whose batch's real tokens fall in a variant's range
     fetches that copy, the first such; any other call the graph as it was. `freeze` makes
-    them: oneDNN's layer norm from `fused_layer_norm.many_rows()` tokens (faster there, slower
+    them: oneDNN's dense layers from `packed_dense.AVX512_MANY_ROWS` tokens where ours serve
+    fewer, oneDNN's layer norm from `fused_layer_norm.many_rows()` tokens (faster there, slower
     below), float32 dense layers whose weights stay blocked for `weight_blocking.MID_ROWS`."""
 
     def __init__(self, session, inputs, outputs, variants=()):
@@ -74,15 +76,17 @@ def freeze(session, fetches, precision="fp32"):
     """A session of `session`'s graph pruned to `fetches` (tensor names) with its variables
     turned into constants (the old session is closed), computing in `precision`: no variable
     reads at serving time, and Grappler sees the weights as constants. Each layer's
-    attention is our one op on the real rows (`packed_attention`) and each residual add and
-    layer norm another (`add_layer_norm`), where our kernels can be had (`custom_ops`).
+    attention is our one op on the real rows (`packed_attention`), each residual add and
+    layer norm another (`add_layer_norm`) and, in float32, each dense layer with its GELU
+    another (`packed_dense`; with AVX-512 a copy keeps oneDNN's for many rows), where our
+    kernels can be had (`custom_ops`).
     Without them, attention's scores are scaled and masked inside their product
     (`fused_attention_scores`), its transposes run on TensorFlow's own kernel
     (`eigen_transpose`: oneDNN's costs ~40 us a call however small), and a copy of the
     graph with oneDNN's layer norm serves calls of many rows (`fused_layer_norm`). Returns
-    the session and the variants `SessionCall` picks from: that copy and, in float32, the
-    copy whose dense layers serve 7-80 rows (`weight_blocking`); none where there is no such
-    copy."""
+    the session and the variants `SessionCall` picks from: those copies and, in float32
+    without our dense layers, the copy whose dense layers serve 7-80 rows
+    (`weight_blocking`); none where there is no such copy."""
     graph = session.graph
     keep = sorted({name.split(":")[0] for name in fetches})
     frozen = tf1.graph_util.convert_variables_to_constants(session, graph.as_graph_def(), keep)
@@ -95,13 +99,16 @@ def freeze(session, fetches, precision="fp32"):
         frozen = bfloat16_graph(frozen, keep)
     frozen, _ = pack_attention(frozen)  # attention on the real rows, one op a layer
     frozen, ours = fuse_add_layer_norms(frozen)  # residual add and layer norm, one op each
+    dense, many_dense = 0, None
+    if precision == "fp32":  # dense layers (and GELU) one op each; oneDNN's for many rows
+        frozen, dense, many_dense = pack_dense_layers(frozen, fetches)
     frozen, _ = fuse_attention_scores(frozen)  # scale and mask inside the product
     frozen, _ = transpose_as_integers(frozen)  # Eigen's transposes, not oneDNN's
-    variants = []
-    if not ours:  # oneDNN's layer norms for many rows, where ours are not there
+    variants = [many_dense] if many_dense else []
+    if not ours and not many_dense:  # oneDNN's layer norms for many rows, where ours are not
         frozen, many = many_rows_variant(frozen, fetches)
         variants += [(range(many_rows(), sys.maxsize), many)] if many else []
-    if precision == "fp32":  # the weights' blocking follows the rows (weight_blocking)
+    if precision == "fp32" and not dense:  # weight blocking follows the rows (weight_blocking)
         frozen, mid_rows = mid_rows_variant(frozen, fetches, skip_prefix=MANY_ROWS_PREFIX)
         variants += [(MID_ROWS, mid_rows)] if mid_rows else []
     target = tf.Graph()

@@ -102,11 +102,12 @@ def assert_answers_as_before(got, before, float32_answers, precision):
 def served_nodes(runner):
     """The NodeDefs a `SavedModelRunner` serves a call of one row with: its frozen graph
     without the copies that repeat the encoder for other sizes (finetuning/fused_layer_norm.py,
-    finetuning/weight_blocking.py)."""
+    finetuning/weight_blocking.py, finetuning/packed_dense.py)."""
     from finetuning.fused_layer_norm import PREFIX as MANY_ROWS
+    from finetuning.packed_dense import PREFIX as DENSE_MANY_ROWS
     from finetuning.weight_blocking import PREFIX as MID_ROWS
     return [node for node in runner._session.graph.as_graph_def().node
-            if not node.name.startswith((MANY_ROWS, MID_ROWS))]
+            if not node.name.startswith((MANY_ROWS, MID_ROWS, DENSE_MANY_ROWS))]
 
 
 def run_graph(graph_def, fetches, x):

@@ -97,8 +97,9 @@ def test_a_served_call_takes_the_copy_from_many_real_tokens_and_answers_the_same
         exported, monkeypatch):
     """A batch holding `many_rows()` real tokens or more is served by the copy, a smaller one by
     the graph as it was; both answer what a runner without the copy answers. (The copy is
-    made where our own layer norm is not: add_layer_norm.)"""
+    made where our own layer norm and dense layers are not: add_layer_norm, packed_dense.)"""
     monkeypatch.setenv("BERT_ADD_LAYER_NORM", "0")
+    monkeypatch.setenv("BERT_DENSE", "0")
     task, path = exported
     served = SavedModelRunner(path)
     monkeypatch.setattr(frozen_session, "many_rows_variant", lambda graph_def, fetches: (graph_def, {}))
@@ -121,10 +122,11 @@ def test_a_served_call_takes_the_copy_from_many_real_tokens_and_answers_the_same
 @needs_kernel
 def test_warming_up_runs_every_variant_once(exported, monkeypatch):
     """`warm_up` leaves a callable of the graph and of each variant (this copy, made where our
-    own layer norm is not; in float32 also `weight_blocking`'s), so no request pays a first
-    run."""
+    own layer norm is not; in float32 also `weight_blocking`'s, made where our dense layers
+    are not), so no request pays a first run."""
     from finetuning.weight_blocking import PREFIX as MID_ROWS_PREFIX
     monkeypatch.setenv("BERT_ADD_LAYER_NORM", "0")
+    monkeypatch.setenv("BERT_DENSE", "0")
     _, path = exported
     for precision, prefixes in (("fp32", (PREFIX, MID_ROWS_PREFIX)), ("bf16", (PREFIX,))):
         served = SavedModelRunner(path, precision)

@@ -68,10 +68,12 @@ def test_a_dense_layer_computes_its_quantized_product_in_float64(levels):
 
 
 def test_a_served_model_has_every_encoder_dense_layer_in_int8_and_its_head_in_float(
-        exported):
+        exported, monkeypatch):
     """`SavedModelRunner(precision="int8")`: the 6 dense layers of each encoder layer on
     the int8 matmul (query, key and value sharing a quantization of their input), the
-    pooler and the task's head still float32 matmuls; outputs near fp32's."""
+    pooler and the task's head still float32 matmuls; outputs near fp32's (served, as the
+    int8 graph's float32 matmuls, on TensorFlow's MatMul: packed_dense switched off)."""
+    monkeypatch.setenv("BERT_DENSE", "0")
     task, path = exported
     layers = named_config("tiny").num_hidden_layers
     fp32_runner, int8_runner = SavedModelRunner(path), SavedModelRunner(path, "int8")

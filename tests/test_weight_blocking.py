@@ -80,6 +80,8 @@ def _requests_of(real_tokens, rng):
 @needs_onednn
 def test_a_served_call_of_7_to_80_rows_takes_the_copy_and_answers_the_same(exported,
                                                                           monkeypatch):
+    """(The copy is made where our dense layers are not: packed_dense.)"""
+    monkeypatch.setenv("BERT_DENSE", "0")
     task, path = exported
     served = SavedModelRunner(path)
     assert [rows for rows, _ in served._call.variants][-1] == MID_ROWS

@@ -6,3 +6,6 @@
 
 #define LAYER_NORM_NAME add_layer_norm_avx2
 #include "layer_norm.h"
+
+#define DENSE_NAME dense_avx2
+#include "dense.h"

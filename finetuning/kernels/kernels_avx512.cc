@@ -6,3 +6,6 @@
 
 #define LAYER_NORM_NAME add_layer_norm_avx512
 #include "layer_norm.h"
+
+#define DENSE_NAME dense_avx512
+#include "dense.h"

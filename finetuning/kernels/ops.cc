@@ -13,6 +13,9 @@
 //
 // BertAddLayerNorm: y = layer_norm(x + residual) over the last axis, float32, and y_low: y as
 // Tlow (bfloat16 for the next bf16 products; y itself where Tlow is float32).
+//
+// BertDense: y = activation(x · W + bias), float32, x [rows, k], W given packed
+// ([n / 32, k, 32]: finetuning/dense_layers.py), activation "linear" or "gelu" (exact).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -30,7 +33,16 @@ typedef void (*AttentionFn)(const void*, const void*, const void*, void*, int, i
 typedef void (*LayerNormFn)(const void*, const float*, const float*, const float*, float,
                             float*, uint16_t*, int, int, int64_t, int64_t);
 
+typedef void (*DenseFn)(const float*, const float*, const float*, float*, int64_t, int64_t,
+                        int64_t, int, int64_t, int64_t);
+
 extern "C" {
+void dense_avx512(const float*, const float*, const float*, float*, int64_t, int64_t, int64_t,
+                  int, int64_t, int64_t);
+void dense_avx2(const float*, const float*, const float*, float*, int64_t, int64_t, int64_t, int,
+                int64_t, int64_t);
+void dense_generic(const float*, const float*, const float*, float*, int64_t, int64_t, int64_t,
+                   int, int64_t, int64_t);
 void add_layer_norm_avx512(const void*, const float*, const float*, const float*, float, float*,
                            uint16_t*, int, int, int64_t, int64_t);
 void add_layer_norm_avx2(const void*, const float*, const float*, const float*, float, float*,
@@ -77,6 +89,23 @@ REGISTER_OP("BertAddLayerNorm")
       return OkStatus();
     });
 
+REGISTER_OP("BertDense")
+    .Input("x: float")
+    .Input("packed_kernel: float")
+    .Input("bias: float")
+    .Output("y: float")
+    .Attr("activation: {'linear', 'gelu'} = 'linear'")
+    .Attr("isa: {'avx512', 'avx2', 'generic'} = 'generic'")
+    .SetShapeFn([](shape_inference::InferenceContext* c) {
+      shape_inference::ShapeHandle x, kernel;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &x));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 3, &kernel));
+      shape_inference::DimensionHandle columns;
+      TF_RETURN_IF_ERROR(c->Multiply(c->Dim(kernel, 0), c->Dim(kernel, 2), &columns));
+      c->set_output(0, c->Matrix(c->Dim(x, 0), columns));
+      return OkStatus();
+    });
+
 // The widest instruction set at or below `isa` that this CPU runs.
 static std::string Widest(const std::string& isa) {
   __builtin_cpu_init();
@@ -96,6 +125,11 @@ static LayerNormFn ChooseLayerNorm(const std::string& isa) {
   const std::string widest = Widest(isa);
   return widest == "avx512" ? add_layer_norm_avx512
          : widest == "avx2" ? add_layer_norm_avx2 : add_layer_norm_generic;
+}
+
+static DenseFn ChooseDense(const std::string& isa) {
+  const std::string widest = Widest(isa);
+  return widest == "avx512" ? dense_avx512 : widest == "avx2" ? dense_avx2 : dense_generic;
 }
 
 template <typename T>
@@ -237,3 +271,51 @@ REGISTER_ADD_LAYER_NORM(float, float)
 REGISTER_ADD_LAYER_NORM(float, bfloat16)
 REGISTER_ADD_LAYER_NORM(bfloat16, float)
 REGISTER_ADD_LAYER_NORM(bfloat16, bfloat16)
+
+class DenseOp : public OpKernel {
+ public:
+  static constexpr int64_t kPanel = 32;  // kDensePanel in dense.h
+
+  explicit DenseOp(OpKernelConstruction* context) : OpKernel(context) {
+    std::string activation, isa;
+    OP_REQUIRES_OK(context, context->GetAttr("activation", &activation));
+    OP_REQUIRES_OK(context, context->GetAttr("isa", &isa));
+    gelu_ = activation == "gelu";
+    dense_ = ChooseDense(isa);
+  }
+
+  void Compute(OpKernelContext* context) override {
+    const Tensor& x = context->input(0);
+    const Tensor& kernel = context->input(1);
+    const Tensor& bias = context->input(2);
+    OP_REQUIRES(context, x.dims() == 2, errors::InvalidArgument("x must be [rows, k]"));
+    const int64_t rows = x.dim_size(0), depth = x.dim_size(1);
+    OP_REQUIRES(context, kernel.dims() == 3 && kernel.dim_size(1) == depth &&
+                             kernel.dim_size(2) == kPanel,
+                errors::InvalidArgument("packed_kernel must be [n / ", kPanel, ", ", depth, ", ",
+                                        kPanel, "]"));
+    const int64_t panels = kernel.dim_size(0), columns = panels * kPanel;
+    OP_REQUIRES(context, bias.dims() == 1 && bias.dim_size(0) == columns,
+                errors::InvalidArgument("bias must be [", columns, "]"));
+    Tensor* y = nullptr;
+    OP_REQUIRES_OK(context, context->allocate_output(0, TensorShape({rows, columns}), &y));
+    if (rows == 0 || columns == 0) return;
+    const float* in = x.flat<float>().data();
+    const float* packed = kernel.flat<float>().data();
+    const float* b = bias.flat<float>().data();
+    float* out = y->flat<float>().data();
+    const int activation = gelu_ ? 1 : 0;
+    DenseFn dense = dense_;
+    auto work = [&](int64_t begin, int64_t end) {
+      dense(in, packed, b, out, rows, depth, columns, activation, begin, end);
+    };
+    auto* threads = context->device()->tensorflow_cpu_worker_threads();
+    Shard(threads->num_threads, threads->workers, panels, 2 * rows * depth * kPanel, work);
+  }
+
+ private:
+  bool gelu_;
+  DenseFn dense_;
+};
+
+REGISTER_KERNEL_BUILDER(Name("BertDense").Device(DEVICE_CPU), DenseOp);

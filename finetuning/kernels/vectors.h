@@ -3,6 +3,7 @@
 // conversions, and exp. No TensorFlow header: a unit compiles in a second or two.
 #include <cstdint>
 #include <cmath>
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -28,7 +29,9 @@ typedef int32_t vi __attribute__((vector_size(4 * kLanes)));
 
 static inline vf load(const float* p) { vf v; std::memcpy(&v, p, sizeof v); return v; }
 static inline void store(float* p, vf v) { std::memcpy(p, &v, sizeof v); }
-static inline vf splat(float x) { return vf{} + x; }
+// x - (+0) is x for every x (-0 too), so the compiler folds it to one broadcast; 0 + x is not
+// (-0 + 0 is +0), and costs an add before the broadcast.
+static inline vf splat(float x) { return x - vf{}; }
 
 static inline float to_float(float x) { return x; }
 static inline float to_float(uint16_t bf16) {
