@@ -2,12 +2,12 @@
 //
 // Why our own: a served request is a few hundred rows (the real tokens of one to eight
 // sequences), where the library's inner product spends much of its time outside the
-// multiply-adds; here each block of rows keeps its accumulators in registers over the whole of
-// K, reads W's columns in the order they are stored, and adds the bias and GELU before the
-// block is stored (one pass over y, not three).
+// multiply-adds; here each block of rows keeps its accumulators in registers over a depth
+// block of W (192 of its rows), reads W's columns in the order they are stored, and adds the
+// bias and GELU before the block is stored (one pass over y, not three).
 //
 // Layout: W [k, n] is packed in panels of kDensePanel columns; panel p holds W[:, p*32 ...
-// p*32 + 31] as k consecutive rows of 32 floats (finetuning/dense_layers.py packs it).
+// p*32 + 31] as k consecutive rows of 32 floats (finetuning/packed_dense.py packs it).
 // n is a multiple of kDensePanel. The caller splits the panels among threads.
 //
 // Before including: vectors.h, and DENSE_NAME defined to the function's name for the unit.
@@ -17,6 +17,8 @@ namespace {
 constexpr int kDensePanel = 32;
 // Rows a block keeps (kDenseRows x kDenseVectors accumulators, two column vectors and one
 // broadcast in registers): AVX-512 24 of its 32 registers, AVX2 12 of 16, SSE 8 of 16.
+// (AVX-512 6 rows x 4 vectors, two panels a block, 10 loads to 24 multiply-adds instead of
+// 14, measured 4-7% slower on one thread of the Xeon of bench/README.md.)
 #if defined(__AVX512F__)
 constexpr int kDenseRows = 12;
 #elif defined(__AVX2__)
@@ -34,7 +36,9 @@ constexpr int64_t kDenseChunkFloats = 49152;
 // bench/README.md AVX2 code ran ~10% faster with it than over all of k, AVX-512 the same).
 constexpr int64_t kDenseDepth = 192;
 
-// erf(x) to float32's rounding: x·P(x²)/Q(x²) on [-4, 4] (erf is ±1 in float32 beyond).
+// erf(x) as x·P(x²)/Q(x²) on [-4, 4] (erf is ±1 in float32 beyond), a rational
+// approximation near float32's rounding (tests/test_packed_dense.py holds the GELU to
+// TensorFlow's own float32 error against float64).
 static inline vf erf_rational(vf x) {
   vf c = x < splat(-4.0f) ? splat(-4.0f) : (x > splat(4.0f) ? splat(4.0f) : x);
   vf c2 = c * c;

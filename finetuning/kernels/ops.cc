@@ -15,7 +15,7 @@
 // Tlow (bfloat16 for the next bf16 products; y itself where Tlow is float32).
 //
 // BertDense: y = activation(x · W + bias), float32, x [rows, k], W given packed
-// ([n / 32, k, 32]: finetuning/dense_layers.py), activation "linear" or "gelu" (exact).
+// ([n / 32, k, 32]: finetuning/packed_dense.py), activation "linear" or "gelu" (exact).
 #include <cstdint>
 #include <string>
 #include <vector>
