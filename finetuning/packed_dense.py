@@ -33,9 +33,11 @@ tf1 = tf.compat.v1
 OP = "BertDense"
 PANEL = 32  # columns a panel holds (kDensePanel in finetuning/kernels/dense.h)
 PREFIX = "dense_many_rows/"
-# With AVX-512, oneDNN's inner product is the faster from about this many rows (batch 8 of
-# SQuAD questions, ~1,300 rows, paired: ours 0.95x; 160 rows 1.2x; bench/README.md), and a
-# copy of the graph keeps it for them; AVX2 code of ours measured no slower at any size.
+# With AVX-512, oneDNN's inner product is the faster from a few hundred rows (the op against
+# it on two threads: 0.83-1.06x at 640 rows, 0.76-0.92x at 1,300, 1.01-1.42x at 160 but for
+# the GELU layer's 0.82x; a whole request of ~1,300 rows, batch 8 of SQuAD, 0.95x paired;
+# bench/README.md), and a copy of the graph keeps it from this many; ours with its AVX2 code
+# measured no slower than oneDNN's AVX2 at any size.
 AVX512_MANY_ROWS = 512
 
 
