@@ -76,6 +76,14 @@ def rebuilt(graph_def, replaced, removed=frozenset(), source_of=None):
     return rewritten
 
 
+def scalar_of(node):
+    """The float a scalar Const NodeDef holds; None for any other node (None too)."""
+    if node is None or node.op != "Const":
+        return None
+    value = tf.make_ndarray(node.attr["value"].tensor)
+    return float(value) if value.ndim == 0 else None
+
+
 def has_control_input(node):
     return any(source.startswith("^") for source in node.input)
 

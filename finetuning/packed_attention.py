@@ -19,11 +19,10 @@ else as it is: exports without real rows, packed-row biases, a head size not a m
 16. Nothing is rewritten where a GPU would run the graph, where the kernel library cannot be
 built (`custom_ops.library()` says why) or with `BERT_PACKED_ATTENTION=0`.
 """
-import numpy as np
 import tensorflow as tf
 
 from finetuning import custom_ops
-from finetuning.graph_nodes import readers, rebuilt, static_shapes
+from finetuning.graph_nodes import readers, rebuilt, scalar_of, static_shapes
 
 tf1 = tf.compat.v1
 
@@ -211,10 +210,7 @@ def _scalar(nodes, source):
     node = nodes.get(source)
     while node is not None and node.op == "Cast":
         node = nodes.get(node.input[0])
-    if node is None or node.op != "Const":
-        return None
-    value = tf.make_ndarray(node.attr["value"].tensor)
-    return float(value) if np.ndim(value) == 0 else None
+    return scalar_of(node)
 
 
 def _only_placeholder_above(nodes, source):

@@ -24,7 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from finetuning import custom_ops
-from finetuning.graph_nodes import fed_by, readers, rebuilt, with_copy
+from finetuning.graph_nodes import fed_by, readers, rebuilt, scalar_of, with_copy
 from finetuning.int8_dense import dense_layers
 from finetuning.packed_attention import kernel_isa
 
@@ -142,11 +142,7 @@ def _other_scalar(node, source, nodes):
     names = [_node_name(name) for name in node.input]
     if len(names) != 2 or source not in names:
         return None
-    other = nodes.get(names[1 - names.index(source)])
-    if other is None or other.op != "Const":
-        return None
-    value = tf.make_ndarray(other.attr["value"].tensor)
-    return float(value) if np.ndim(value) == 0 else None
+    return scalar_of(nodes.get(names[1 - names.index(source)]))
 
 
 def _node_name(source):

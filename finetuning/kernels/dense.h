@@ -111,9 +111,9 @@ static inline void dense_tail(int rows, const float* x, const float* panel, cons
 }  // namespace
 
 // Panels [first_panel, end_panel) of y [rows, n] = activation(x [rows, k] · W + bias).
-// Rows go in chunks of at most ~192 KB of x, each chunk against every panel, so that a chunk
-// stays in L2 while the panels pass (thousands of rows, batch 8 and up, would otherwise bring
-// all of x from L3 once for each panel).
+// Rows go in chunks of at most ~192 KB of x's depth block, each chunk against every panel,
+// so that a chunk stays in L2 while the panels pass (thousands of rows, batch 8 and up, would
+// otherwise bring all of x from L3 once for each panel).
 extern "C" void DENSE_NAME(const float* x, const float* packed, const float* bias, float* y,
                            int64_t rows, int64_t k, int64_t n, int activation,
                            int64_t first_panel, int64_t end_panel) {
