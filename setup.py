@@ -58,7 +58,7 @@ setup(
         # bench/convergence.py: the peer's LAMB (kozistr/pytorch_optimizer) and the plots.
         "bench": ["torch==2.13.0", "transformers>=4.40", "pytorch-optimizer==4.1.0",
                   "matplotlib>=3.8"],
-        "test": ["pytest>=7", "pytest-xdist>=3.5"],
+        "test": ["pytest>=7", "pytest-xdist>=3.8"],
     },
     # One command per job, each the same as the top-level script named after it (both run
     # cli/<module>.py); `<command> --help` lists its flags by group.

@@ -1,4 +1,5 @@
 """Shared fixtures: where the real test material is, and skip reasons when it is not."""
+import collections
 import os
 import subprocess
 import sys
@@ -112,10 +113,12 @@ RUN_LONG_TESTS = os.environ.get("BERT_TEST_LONG") == "1"
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """Files holding long tests first, each file's tests in their order. Under pytest-xdist's
-    --dist loadfile (scripts/test.sh) workers take whole files in this order, so the long
-    files start early and the short ones fill the end, instead of a long file starting last
-    while the other workers sit idle.
+    """Files holding long tests first, most of them first, each file's tests in their order.
+    Under pytest-xdist's --dist loadfile with --no-loadscope-reorder (scripts/test.sh) workers
+    take whole files in this order, so the long files start early and the short ones fill the
+    end, instead of a long file starting last while the other workers sit idle. (Without
+    --no-loadscope-reorder, xdist 3.7 and later order files by how many tests they hold,
+    which put the few-test, many-minute files last.)
 
     Tests marked `long` (learning curves, and scenarios a shorter test already covers) run
     only with BERT_TEST_LONG=1: together they would add about ten minutes to CI's run."""
@@ -125,9 +128,10 @@ def pytest_collection_modifyitems(session, config, items):
         for item in items:
             if item.get_closest_marker("long"):
                 item.add_marker(skip_long)
-    long_files = {item.path for item in items
-                  if any(item.get_closest_marker(name) for name in _LONG_MARKERS)}
-    items.sort(key=lambda item: item.path not in long_files)  # stable: order kept within
+    long_tests = collections.Counter(
+        item.path for item in items
+        if any(item.get_closest_marker(name) for name in _LONG_MARKERS))
+    items.sort(key=lambda item: -long_tests[item.path])  # stable: order kept within a file
 
 
 @pytest.fixture(scope="session")
