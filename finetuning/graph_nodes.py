@@ -1,13 +1,15 @@
 """What the load-time rewrites of a frozen serving graph (`fused_attention_scores`,
-`fused_layer_norm`, `int8_dense`, `packed_attention`, `add_layer_norm`) ask of a GraphDef:
-who reads a node, whether it waits on a control input, the static shapes TensorFlow infers,
-and whether oneDNN's fused kernels run."""
+`fused_layer_norm`, `int8_dense`, `packed_attention`, `add_layer_norm`, `packed_dense`) ask
+of a GraphDef: who reads a node, whether it waits on a control input, the static shapes
+TensorFlow infers, the encoder's dense layers, and whether oneDNN's fused kernels run."""
+import numpy as np
 import tensorflow as tf
 from tensorflow.python.util import _pywrap_util_port
 
 tf1 = tf.compat.v1
 
 WEIGHT_BYTES = 4096  # constants larger than this are weights: their values shape nothing
+ENCODER_SCOPE = "/encoder/"  # the dense layers int8 and our float32 kernel rewrite
 
 
 def fusion_available():
@@ -82,6 +84,44 @@ def scalar_of(node):
         return None
     value = tf.make_ndarray(node.attr["value"].tensor)
     return float(value) if value.ndim == 0 else None
+
+
+class _Constants:
+    """A GraphDef's nodes by name, with the constant behind a chain of Identity nodes."""
+
+    def __init__(self, graph_def):
+        self.nodes = {node.name: node for node in graph_def.node}
+        self.consumers = {name: len(names) for name, names in readers(graph_def).items()}
+
+    def constant(self, name):
+        node = self.nodes.get(name.split(":")[0])
+        while node is not None and node.op == "Identity":
+            node = self.nodes.get(node.input[0].split(":")[0])
+        if node is None or node.op != "Const":
+            return None
+        return tf.make_ndarray(node.attr["value"].tensor)
+
+
+def dense_layers(graph_def, scope=ENCODER_SCOPE):
+    """The rewritable dense layers of `graph_def`: (BiasAdd node, activation tensor name,
+    weight [in, out] float32, bias [out] float32) for each MatMul on a constant 2-D float
+    weight whose one consumer is a BiasAdd on a constant bias, inside `scope`."""
+    graph = _Constants(graph_def)
+    found = []
+    for node in graph_def.node:
+        if node.op != "BiasAdd" or scope not in "/" + node.name:
+            continue
+        matmul = graph.nodes.get(node.input[0].split(":")[0])
+        if (matmul is None or matmul.op != "MatMul" or matmul.attr["transpose_a"].b
+                or matmul.attr["transpose_b"].b or graph.consumers.get(matmul.name) != 1
+                or matmul.attr["T"].type != tf.float32.as_datatype_enum):
+            continue
+        weight, bias = graph.constant(matmul.input[1]), graph.constant(node.input[1])
+        if weight is None or bias is None or weight.ndim != 2 or bias.shape != weight.shape[1:]:
+            continue
+        activation = matmul.input[0] if ":" in matmul.input[0] else matmul.input[0] + ":0"
+        found.append((node, activation, weight.astype(np.float32), bias.astype(np.float32)))
+    return found
 
 
 def has_control_input(node):

@@ -34,11 +34,10 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from finetuning.graph_nodes import readers
+from finetuning.graph_nodes import ENCODER_SCOPE, dense_layers
 
 tf1 = tf.compat.v1
 
-ENCODER_SCOPE = "/encoder/"
 SUFFIX = "_int8"
 
 
@@ -57,48 +56,6 @@ def int8_unavailable():
         return ("int8 serving runs on the CPU's oneDNN, and this machine serves on its GPU: "
                 "serve in fp32 or bf16, or hide the GPU (CUDA_VISIBLE_DEVICES=)")
     return None
-
-
-def _tensor_name(name):
-    return name if ":" in name else name + ":0"
-
-
-class _Graph:
-    """A GraphDef's nodes by name, with the constant behind a chain of Identity nodes."""
-
-    def __init__(self, graph_def):
-        self.nodes = {node.name: node for node in graph_def.node}
-        self.consumers = {name: len(names) for name, names in readers(graph_def).items()}
-
-    def constant(self, name):
-        node = self.nodes.get(name.split(":")[0])
-        while node is not None and node.op == "Identity":
-            node = self.nodes.get(node.input[0].split(":")[0])
-        if node is None or node.op != "Const":
-            return None
-        return tf.make_ndarray(node.attr["value"].tensor)
-
-
-def dense_layers(graph_def, scope=ENCODER_SCOPE):
-    """The rewritable dense layers of `graph_def`: (BiasAdd node, activation tensor name,
-    weight [in, out] float32, bias [out] float32) for each MatMul on a constant 2-D float
-    weight whose one consumer is a BiasAdd on a constant bias, inside `scope`."""
-    graph = _Graph(graph_def)
-    found = []
-    for node in graph_def.node:
-        if node.op != "BiasAdd" or scope not in "/" + node.name:
-            continue
-        matmul = graph.nodes.get(node.input[0].split(":")[0])
-        if (matmul is None or matmul.op != "MatMul" or matmul.attr["transpose_a"].b
-                or matmul.attr["transpose_b"].b or graph.consumers.get(matmul.name) != 1
-                or matmul.attr["T"].type != tf.float32.as_datatype_enum):
-            continue
-        weight, bias = graph.constant(matmul.input[1]), graph.constant(node.input[1])
-        if weight is None or bias is None or weight.ndim != 2 or bias.shape != weight.shape[1:]:
-            continue
-        found.append((node, _tensor_name(matmul.input[0]), weight.astype(np.float32),
-                      bias.astype(np.float32)))
-    return found
 
 
 def quantize_weight(weight):

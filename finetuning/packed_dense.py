@@ -11,7 +11,7 @@ is stored (the GELU's five element-wise ops go).
 
 Matched on the frozen GraphDef at load, after `add_layer_norm`: each float32 MatMul on a
 constant weight inside the encoder read only by a BiasAdd on a constant bias
-(`int8_dense.dense_layers`), whose width is a multiple of 32; where the BiasAdd is read only
+(`graph_nodes.dense_layers`), whose width is a multiple of 32; where the BiasAdd is read only
 by the exact GELU's ops (`modeling.activations.gelu`: 0.5·x·(1 + erf(x/√2))), those too. The
 op takes the last node's name, so its readers are untouched. Not in a bfloat16 or int8
 graph (their products are oneDNN's in those types), not where a GPU would run the graph,
@@ -24,8 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 from finetuning import custom_ops
-from finetuning.graph_nodes import fed_by, readers, rebuilt, scalar_of, with_copy
-from finetuning.int8_dense import dense_layers
+from finetuning.graph_nodes import dense_layers, fed_by, readers, rebuilt, scalar_of, with_copy
 from finetuning.packed_attention import kernel_isa
 
 tf1 = tf.compat.v1
@@ -79,7 +78,7 @@ def pack_dense_layers(graph_def, fetches):
 
 def _rewrites(graph_def, layers, isa):
     """({name: `BertDense` NodeDef}, {names of the nodes it replaces}, [packed weights'
-    constants]) for `layers` (`int8_dense.dense_layers`' tuples)."""
+    constants]) for `layers` (`graph_nodes.dense_layers`' tuples)."""
     nodes = {node.name: node for node in graph_def.node}
     read_by = readers(graph_def)
     replaced, removed, constants = {}, set(), []
@@ -109,12 +108,12 @@ def _exact_gelu(source, nodes, read_by):
     readers_of = sorted(read_by.get(source, ()))
     if len(readers_of) != 2:
         return None
-    half = next((name for name in readers_of if nodes[name].op == "Mul"), None)
+    # 0.5·x is the Mul by 0.5 (whichever name sorts first: x·(1/√2) is a Mul too)
+    half = next((name for name in readers_of if nodes[name].op == "Mul"
+                 and _other_scalar(nodes[name], source, nodes) == 0.5), None)
     scaled = next((name for name in readers_of if nodes[name].op in ("RealDiv", "Mul")
                    and name != half), None)
     if half is None or scaled is None:
-        return None
-    if _other_scalar(nodes[half], source, nodes) != 0.5:
         return None
     divisor = _other_scalar(nodes[scaled], source, nodes)
     if divisor is None or not math.isclose(

@@ -128,8 +128,16 @@ def test_switched_off_nothing_is_rewritten(monkeypatch):
     assert packed_dense.pack_dense_layers(tf.compat.v1.GraphDef(), [])[1] == 0
 
 
+def _gelu_as_a_product(x):
+    """The exact GELU with x/√2 written as x·(1/√2): a second Mul reading x, named to sort
+    before 0.5·x's."""
+    scaled = tf.multiply(x, tf.constant(1 / math.sqrt(2.0)), name="a_scaled")
+    return 0.5 * x * (1.0 + tf.math.erf(scaled))
+
+
 def _gelu_graph(activation):
-    """x · W + b followed by `activation` as modeling.activations has it, frozen."""
+    """x · W + b followed by `activation` (a modeling.activations name, or a function),
+    frozen."""
     from modeling.activations import get_activation
     graph = tf.Graph()
     with graph.as_default():
@@ -142,8 +150,8 @@ def _gelu_graph(activation):
     return graph.as_graph_def(), out.name
 
 
-@pytest.mark.parametrize("activation, fused", [("gelu", b"gelu"), ("gelu_new", b"linear"),
-                                               ("relu", b"linear")])
+@pytest.mark.parametrize("activation, fused", [("gelu", b"gelu"), (_gelu_as_a_product, b"gelu"),
+                                               ("gelu_new", b"linear"), ("relu", b"linear")])
 def test_only_the_exact_gelu_goes_into_the_op(kernels, activation, fused):
     """The tanh form (gelu_new) and relu keep their ops after a linear op, and the answer is
     the graph's either way."""
