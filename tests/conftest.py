@@ -117,8 +117,8 @@ def pytest_collection_modifyitems(session, config, items):
     Under pytest-xdist's --dist loadfile with --no-loadscope-reorder (scripts/test.sh) workers
     take whole files in this order, so the long files start early and the short ones fill the
     end, instead of a long file starting last while the other workers sit idle. (Without
-    --no-loadscope-reorder, xdist 3.7 and later order files by how many tests they hold,
-    which put the few-test, many-minute files last.)
+    --no-loadscope-reorder, xdist 3.5 and later order files by how many tests they hold,
+    which put the few-test, many-minute files last; 3.8 added the switch.)
 
     Tests marked `long` (learning curves, and scenarios a shorter test already covers) run
     only with BERT_TEST_LONG=1: together they would add about ten minutes to CI's run."""
