@@ -84,6 +84,17 @@ _launcher_failure() {
   ELASTIC_FAILED+=" on $ELASTIC_FAILED_NODE"
 }
 
+# _wait_for_the_chief DIR: until the failed attempt's rank 0 has let go of DIR's run lock
+# (resilience/run_lock.py: held for the life of the run), at most 120 s (the grace a failed
+# session gives its threads to stop, the last window's saver among them). The launcher can
+# return while rank 0, on its host, is still saving the last completed step
+# (training/last_window.py): the checkpoint is read after that save, and the relaunch's
+# rank 0 does not find the folder locked and refuse.
+_wait_for_the_chief() {
+  command -v flock >/dev/null 2>&1 || return 0
+  { flock -s -w 120 9; } 2>/dev/null 9<"$1/.run.lock" || true
+}
+
 # elastic_should_relaunch STATUS OFFSET: true when the attempt (its output from byte OFFSET
 # of the log) lost a rank after training had begun; then ELASTIC_FAILED (what failed),
 # ELASTIC_FAILED_NODE and ELASTIC_LOST (what it cost) are set. A preemption and a failure
@@ -105,6 +116,7 @@ elastic_should_relaunch() {
     | grep -oE '[0-9]+' || true)
   [ -n "$last_step" ] || return 1   # nothing trained: a start-up failure would repeat
   dir=$(_running_phase_dir)
+  _wait_for_the_chief "$dir"
   checkpoint=$(sed -n 's/^model_checkpoint_path: "\(.*\)"$/\1/p' "$dir/checkpoint" 2>/dev/null \
     || true)
   saved=${checkpoint##*-}

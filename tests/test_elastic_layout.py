@@ -50,6 +50,23 @@ def test_a_task_killed_after_training_began_is_gone_on_from(repo_root, tmp_path)
                                    "starts again (steps 1-3 are done again)"), proc.stderr
 
 
+def test_the_checkpoint_is_read_once_rank_0_has_let_go_of_the_folder(repo_root, tmp_path):
+    """The launcher returned while rank 0 (holding the folder's run lock) still saves its last
+    completed step: that save is the checkpoint the message names."""
+    body = """
+phase=$RESULTS_DIR/phase_1; mkdir -p "$phase"; touch "$phase/model.ckpt-2.index"
+echo 'model_checkpoint_path: "model.ckpt-2"' > "$phase/checkpoint"
+( exec 9>"$phase/.run.lock"; flock 9; touch "$phase/held"; sleep 2
+  touch "$phase/model.ckpt-3.index"; echo 'model_checkpoint_path: "model.ckpt-3"' > "$phase/checkpoint" ) &
+while [ ! -e "$phase/held" ]; do sleep 0.05; done
+elastic_should_relaunch 143 0 && echo "$ELASTIC_LOST"
+"""
+    proc = run(repo_root, tmp_path, body, log=KILLED)
+    assert proc.stdout.strip().startswith(
+        "phase_1 goes on from its checkpoint of step 3: only the window in progress is done "
+        "again ("), proc.stdout + proc.stderr
+
+
 @pytest.mark.parametrize("log, why", [
     ("srun: error: n1: tasks 0-15: Exited with exit code 1\n", "nothing trained"),
     ("0: step 3/9\n", "no task failed"),
