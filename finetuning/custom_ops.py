@@ -30,9 +30,18 @@ _VECTOR_UNITS = {
                           "-mfma"],
     "kernels_avx2.cc": ["-mavx2", "-mfma"],
     "kernels_generic.cc": [],
+    # the bfloat16 dense layer on AMX (dense_amx.h): used only where the CPU has it
+    "kernels_amx.cc": ["-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mavx512bf16",
+                       "-mamx-tile", "-mamx-bf16", "-mamx-int8", "-mavx2", "-mfma"],
 }
+# A compiler before GCC 11 / Clang 12 knows no AMX: then this unit stands in for
+# kernels_amx.cc (its functions say no), the rest is built as ever, and a marker file beside
+# the library (`amx_built`) tells the rewrite not to ask for the bfloat16 op.
+_AMX_UNIT, _NO_AMX_UNIT = "kernels_amx.cc", "kernels_no_amx.cc"
+_NO_AMX_SUFFIX = ".no_amx"
 _OP_UNIT = "ops.cc"
-_HEADERS = ("vectors.h", "packed_attention.h", "layer_norm.h", "dense.h")
+_HEADERS = ("vectors.h", "packed_attention.h", "layer_norm.h", "activation.h", "dense.h",
+            "dense_amx.h")
 _COMMON_FLAGS = ["-O3", "-fPIC", "-std=c++17", "-Wno-psabi", "-fno-math-errno"]
 COMPILER = os.environ.get("CXX", "g++")
 BUILD_TIMEOUT_SECONDS = 600
@@ -72,7 +81,7 @@ def library_path():
     if version is None:
         return None, f"no C++ compiler ({COMPILER}) on PATH"
     digest = hashlib.sha256()
-    for name in sorted(_VECTOR_UNITS) + [_OP_UNIT, *_HEADERS]:
+    for name in sorted(_VECTOR_UNITS) + [_OP_UNIT, _NO_AMX_UNIT, *_HEADERS]:
         with open(os.path.join(KERNELS, name), "rb") as source:
             digest.update(name.encode() + b"\0" + source.read())
     digest.update(repr((_VECTOR_UNITS, _COMMON_FLAGS, tf.sysconfig.get_compile_flags(),
@@ -82,38 +91,55 @@ def library_path():
 
 def build(path):
     """Compiles the kernels into the library `path` (its units in parallel). Returns None, or
-    the compiler's last line of complaint."""
+    the compiler's last line of complaint. A compiler without AMX builds the rest
+    (`_NO_AMX_UNIT`) and leaves the marker file."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with tempfile.TemporaryDirectory(dir=os.path.dirname(path), prefix=".build-") as scratch:
-        commands = []
-        for unit, flags in _VECTOR_UNITS.items():
-            commands.append([COMPILER, *_COMMON_FLAGS, *flags, "-c",
-                             os.path.join(KERNELS, unit), "-o", os.path.join(scratch, unit + ".o")])
-        commands.append([COMPILER, *_COMMON_FLAGS, *tf.sysconfig.get_compile_flags(), "-c",
-                         os.path.join(KERNELS, _OP_UNIT),
-                         "-o", os.path.join(scratch, _OP_UNIT + ".o")])
-        compiling = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                      text=True) for command in commands]
-        failure = None
-        for process in compiling:
-            try:
-                output, _ = process.communicate(timeout=BUILD_TIMEOUT_SECONDS)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                output, _ = process.communicate()
-                output += f"\ntimed out after {BUILD_TIMEOUT_SECONDS} s"
-            if process.returncode != 0 and failure is None:
-                failure = (output.strip().splitlines() or ["failed"])[-1]
-        if failure:
-            return failure
+        def compile_command(unit, flags):
+            return [COMPILER, *_COMMON_FLAGS, *flags, "-c", os.path.join(KERNELS, unit),
+                    "-o", os.path.join(scratch, unit + ".o")]
+
+        commands = {unit: compile_command(unit, flags) for unit, flags in _VECTOR_UNITS.items()}
+        commands[_OP_UNIT] = compile_command(_OP_UNIT, tf.sysconfig.get_compile_flags())
+        failures = _run_all(commands)
+        if set(failures) == {_AMX_UNIT}:
+            commands[_AMX_UNIT] = compile_command(_NO_AMX_UNIT, [])
+            failures = _run_all({_AMX_UNIT: commands[_AMX_UNIT]})
+            with open(path + _NO_AMX_SUFFIX, "w", encoding="utf-8") as marker:
+                marker.write("built without AMX: the compiler knows no -mamx-tile\n")
+        if failures:
+            return next(iter(failures.values()))
         written = os.path.join(scratch, "library.so")
         link = [COMPILER, "-shared", "-o", written,
-                *[command[-1] for command in commands], *tf.sysconfig.get_link_flags()]
+                *[command[-1] for command in commands.values()], *tf.sysconfig.get_link_flags()]
         done = subprocess.run(link, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             return ((done.stdout + done.stderr).strip().splitlines() or ["link failed"])[-1]
         os.replace(written, path)
     return None
+
+
+def _run_all(commands):
+    """Runs {unit: compiler command} at once; {unit: its last line of complaint} of those
+    that failed."""
+    running = {unit: subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True) for unit, command in commands.items()}
+    failures = {}
+    for unit, process in running.items():
+        try:
+            output, _ = process.communicate(timeout=BUILD_TIMEOUT_SECONDS)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            output, _ = process.communicate()
+            output += f"\ntimed out after {BUILD_TIMEOUT_SECONDS} s"
+        if process.returncode != 0:
+            failures[unit] = (output.strip().splitlines() or ["failed"])[-1]
+    return failures
+
+
+def amx_built():
+    """Whether the loaded library has the bfloat16 dense layer on AMX (its compiler knew AMX)."""
+    return library() is not None and _loaded.get("amx", False)
 
 
 def library():
@@ -129,6 +155,7 @@ def library():
                 why = build(path)
             if why is None:
                 module = tf.load_op_library(path)
+                _loaded["amx"] = not os.path.exists(path + _NO_AMX_SUFFIX)
         except (OSError, tf.errors.OpError) as err:
             why = f"{err.__class__.__name__}: {str(err).strip().splitlines()[0]}"
     if module is None:

@@ -12,7 +12,7 @@ from finetuning.fused_attention_scores import fuse_attention_scores
 from finetuning.fused_layer_norm import many_rows, many_rows_variant
 from finetuning.fused_layer_norm import PREFIX as MANY_ROWS_PREFIX
 from finetuning.packed_attention import pack_attention
-from finetuning.packed_dense import pack_dense_layers
+from finetuning.packed_dense import int8_on_tiles, pack_dense_layers
 from finetuning.weight_blocking import MID_ROWS, mid_rows_variant
 
 tf1 = tf.compat.v1
@@ -77,9 +77,10 @@ def freeze(session, fetches, precision="fp32"):
     turned into constants (the old session is closed), computing in `precision`: no variable
     reads at serving time, and Grappler sees the weights as constants. Each layer's
     attention is our one op on the real rows (`packed_attention`), each residual add and
-    layer norm another (`add_layer_norm`) and, in float32, each dense layer with its GELU
-    another (`packed_dense`; with AVX-512 a copy keeps oneDNN's for many rows), where our
-    kernels can be had (`custom_ops`).
+    layer norm another (`add_layer_norm`) and each dense layer with its GELU another
+    (`packed_dense`: in float32, with AVX-512 a copy keeping oneDNN's for many rows; in
+    bfloat16 and int8 on AMX's tiles, where the CPU has them), where our kernels can be had
+    (`custom_ops`).
     Without them, attention's scores are scaled and masked inside their product
     (`fused_attention_scores`), its transposes run on TensorFlow's own kernel
     (`eigen_transpose`: oneDNN's costs ~40 us a call however small), and a copy of the
@@ -91,7 +92,7 @@ def freeze(session, fetches, precision="fp32"):
     keep = sorted({name.split(":")[0] for name in fetches})
     frozen = tf1.graph_util.convert_variables_to_constants(session, graph.as_graph_def(), keep)
     session.close()
-    if precision == "int8":
+    if precision == "int8" and not int8_on_tiles():  # else our op on AMX, below
         from finetuning.int8_dense import quantize_dense_layers
         frozen, _ = quantize_dense_layers(frozen, keep)
     elif precision == "bf16":
@@ -100,8 +101,8 @@ def freeze(session, fetches, precision="fp32"):
     frozen, _ = pack_attention(frozen)  # attention on the real rows, one op a layer
     frozen, ours = fuse_add_layer_norms(frozen)  # residual add and layer norm, one op each
     dense, many_dense = 0, None
-    if precision == "fp32":  # dense layers (and GELU) one op each; oneDNN's for many rows
-        frozen, dense, many_dense = pack_dense_layers(frozen, fetches)
+    if precision in ("fp32", "bf16", "int8"):  # dense layers (and GELU) one op each
+        frozen, dense, many_dense = pack_dense_layers(frozen, fetches, precision)
     frozen, _ = fuse_attention_scores(frozen)  # scale and mask inside the product
     frozen, _ = transpose_as_integers(frozen)  # Eigen's transposes, not oneDNN's
     variants = [many_dense] if many_dense else []

@@ -86,26 +86,41 @@ def scalar_of(node):
     return float(value) if value.ndim == 0 else None
 
 
+def constant_value(name, nodes, cast=True):
+    """The value a tensor `name` always holds where it is a Const behind Identity and Cast
+    nodes (each Cast applied: a float32 weight cast to bfloat16 is the bfloat16 values, as
+    the bf16 graph computes them; the Const's own value with `cast` False), with `nodes`
+    {name: NodeDef}; None for anything else."""
+    node, casts = nodes.get(name.split(":")[0]), []
+    while node is not None and node.op in ("Identity", "Cast"):
+        if node.op == "Cast":
+            casts.append(tf.as_dtype(node.attr["DstT"].type).as_numpy_dtype)
+        node = nodes.get(node.input[0].split(":")[0])
+    if node is None or node.op != "Const":
+        return None
+    value = tf.make_ndarray(node.attr["value"].tensor)
+    for dtype in reversed(casts if cast else []):  # the Const's reader first
+        value = value.astype(dtype)
+    return value
+
+
 class _Constants:
-    """A GraphDef's nodes by name, with the constant behind a chain of Identity nodes."""
+    """A GraphDef's nodes by name, with the constant behind a chain of Identity and Cast
+    nodes."""
 
     def __init__(self, graph_def):
         self.nodes = {node.name: node for node in graph_def.node}
         self.consumers = {name: len(names) for name, names in readers(graph_def).items()}
 
     def constant(self, name):
-        node = self.nodes.get(name.split(":")[0])
-        while node is not None and node.op == "Identity":
-            node = self.nodes.get(node.input[0].split(":")[0])
-        if node is None or node.op != "Const":
-            return None
-        return tf.make_ndarray(node.attr["value"].tensor)
+        return constant_value(name, self.nodes)
 
 
-def dense_layers(graph_def, scope=ENCODER_SCOPE):
+def dense_layers(graph_def, scope=ENCODER_SCOPE, dtype=tf.float32):
     """The rewritable dense layers of `graph_def`: (BiasAdd node, activation tensor name,
-    weight [in, out] float32, bias [out] float32) for each MatMul on a constant 2-D float
-    weight whose one consumer is a BiasAdd on a constant bias, inside `scope`."""
+    weight [in, out] float32, bias [out] float32) for each MatMul in `dtype` on a constant
+    2-D weight whose one consumer is a BiasAdd on a constant bias, inside `scope`. In a
+    bfloat16 graph the weight and bias are its bfloat16 values (exact in float32)."""
     graph = _Constants(graph_def)
     found = []
     for node in graph_def.node:
@@ -114,7 +129,7 @@ def dense_layers(graph_def, scope=ENCODER_SCOPE):
         matmul = graph.nodes.get(node.input[0].split(":")[0])
         if (matmul is None or matmul.op != "MatMul" or matmul.attr["transpose_a"].b
                 or matmul.attr["transpose_b"].b or graph.consumers.get(matmul.name) != 1
-                or matmul.attr["T"].type != tf.float32.as_datatype_enum):
+                or matmul.attr["T"].type != dtype.as_datatype_enum):
             continue
         weight, bias = graph.constant(matmul.input[1]), graph.constant(node.input[1])
         if weight is None or bias is None or weight.ndim != 2 or bias.shape != weight.shape[1:]:

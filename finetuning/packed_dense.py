@@ -1,4 +1,5 @@
-"""A float32 serving graph's dense layers as one op of ours each, their weights packed at load.
+"""A serving graph's dense layers as one op of ours each, their weights packed at load:
+float32 on our vector kernel, bfloat16 on AMX's tiles.
 
 A served request is a few hundred rows (the real tokens of its sequences), and at that size
 oneDNN's inner product (`_MklNativeFusedMatMul`, what the frozen graph's MatMul and BiasAdd
@@ -7,15 +8,21 @@ a machine whose float32 ceiling is ~200-250 (bench/README.md). `BertDense`
 (`finetuning/kernels/dense.h`, built by `custom_ops`) keeps a block of rows' sums in
 registers over the whole depth and reads the weights in the order they are stored, packed
 here once into panels of 32 columns; the bias and the exact GELU are applied before a block
-is stored (the GELU's five element-wise ops go).
+is stored (the GELU's five element-wise ops go). In bfloat16, oneDNN's AMX inner product
+ran a 170-row 384 -> 1536 layer with its GELU at ~260 GFLOP/s where one core's tile
+products alone run at ~2,500: `BertDense` in bfloat16 (`finetuning/kernels/dense_amx.h`)
+reads both operands as whole 1 KB tiles (the weight laid out so here, once; a call's rows by
+the op), and adds the bias and GELU in float32 before its one rounding to bfloat16.
 
-Matched on the frozen GraphDef at load, after `add_layer_norm`: each float32 MatMul on a
-constant weight inside the encoder read only by a BiasAdd on a constant bias
-(`graph_nodes.dense_layers`), whose width is a multiple of 32; where the BiasAdd is read only
-by the exact GELU's ops (`modeling.activations.gelu`: 0.5·x·(1 + erf(x/√2))), those too. The
-op takes the last node's name, so its readers are untouched. Not in a bfloat16 or int8
-graph (their products are oneDNN's in those types), not where a GPU would run the graph,
-without the kernel library (`custom_ops.library()` says why) or with `BERT_DENSE=0`.
+Matched on the frozen GraphDef at load, after `add_layer_norm`: each MatMul in the graph's
+precision on a constant weight inside the encoder read only by a BiasAdd on a constant bias
+(`graph_nodes.dense_layers`; in a bfloat16 graph the constants are float32 ones cast),
+whose width (and in bfloat16 depth) is a multiple of 32; where the BiasAdd is read only by
+the exact GELU's ops (`modeling.activations.gelu`: 0.5·x·(1 + erf(x/√2))), those too. The
+op takes the last node's name, so its readers are untouched. bfloat16 only where AMX is
+(`amx_available`; elsewhere its products stay oneDNN's); not in an int8 graph, not where a
+GPU would run the graph, without the kernel library (`custom_ops.library()` says why) or
+with `BERT_DENSE=0`.
 """
 import math
 import sys
@@ -24,12 +31,13 @@ import numpy as np
 import tensorflow as tf
 
 from finetuning import custom_ops
-from finetuning.graph_nodes import dense_layers, fed_by, readers, rebuilt, scalar_of, with_copy
+from finetuning.graph_nodes import constant_value, dense_layers, fed_by, readers, rebuilt, with_copy
 from finetuning.packed_attention import kernel_isa
 
 tf1 = tf.compat.v1
 
 OP = "BertDense"
+OP_INT8 = "BertDenseInt8"
 PANEL = 32  # columns a panel holds (kDensePanel in finetuning/kernels/dense.h)
 PREFIX = "dense_many_rows/"
 # With AVX-512, oneDNN's inner product is the faster from a few hundred rows (the op against
@@ -53,21 +61,82 @@ def pack_kernel(weight):
         weight.reshape(depth, width // PANEL, PANEL).transpose(1, 0, 2), np.float32)
 
 
-def pack_dense_layers(graph_def, fetches):
+def pack_kernel_tiles(weight):
+    """[k, n] -> bfloat16 [n / PANEL, k, PANEL] laid out tile by tile for AMX
+    (finetuning/kernels/dense_amx.h): panel, depth block of 32, column half, depth pair,
+    column, the pair's two depths."""
+    depth, width = weight.shape
+    values = np.asarray(weight, np.float32).astype(tf.bfloat16.as_numpy_dtype)
+    # (depth block, pair, depth in pair, panel, half, column) -> the order above
+    tiles = values.reshape(depth // 32, 16, 2, width // PANEL, 2, 16).transpose(3, 0, 4, 1, 5, 2)
+    return np.ascontiguousarray(tiles).reshape(width // PANEL, depth, PANEL)
+
+
+def pack_int8_tiles(codes):
+    """int8 [k, n] -> [n / PANEL, k, PANEL] laid out tile by tile for AMX-INT8
+    (finetuning/kernels/dense_amx.h): panel, depth block of 64, column half, depth quad,
+    column, the quad's four depths."""
+    depth, width = codes.shape
+    tiles = np.asarray(codes, np.int8).reshape(depth // 64, 16, 4, width // PANEL, 2, 16)
+    return np.ascontiguousarray(tiles.transpose(3, 0, 4, 1, 5, 2)).reshape(width // PANEL, depth,
+                                                                          PANEL)
+
+
+def quantize_columns(weight):
+    """(int8 codes in -127..127, each column's scale, scale · the column's sum of codes):
+    one symmetric scale a column (output channel), so a column of small weights keeps its
+    resolution; the sums carry each row's quantization offset (dense_amx.h)."""
+    scale = np.abs(weight).max(axis=0).astype(np.float32) / 127
+    scale[scale == 0] = 1.0
+    codes = np.clip(np.round(weight / scale), -127, 127).astype(np.int8)
+    return codes, scale, (scale * codes.astype(np.float32).sum(axis=0)).astype(np.float32)
+
+
+def amx_available(kind="bf16"):
+    """Whether this process may multiply on AMX tiles (`kind`: "bf16" or "int8"): the CPU has
+    them, oneDNN is not capped below AMX (`ONEDNN_MAX_CPU_ISA`, how other CPUs are stood in
+    for: our kernels keep below the same line), our library was built with AMX
+    (`custom_ops.amx_built`: its compiler knew it), and Linux grants the process the tiles
+    (arch_prctl ARCH_REQ_XCOMP_PERM; once granted, for the process's life)."""
+    import ctypes
+    from modeling.core import cpu_has_amx
+    if not cpu_has_amx(kind) or sys.platform != "linux" or not custom_ops.amx_built():
+        return False
+    arch_prctl, request_permission, tile_data = 158, 0x1023, 18  # x86-64 Linux
+    try:
+        return ctypes.CDLL(None, use_errno=True).syscall(arch_prctl, request_permission,
+                                                         tile_data) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def int8_on_tiles():
+    """Whether an int8 graph's dense layers are ours on AMX-INT8 (`BertDenseInt8`) here,
+    rather than oneDNN's int8 matmul (`int8_dense`)."""
+    return enabled() and amx_available("int8") and custom_ops.library() is not None
+
+
+def pack_dense_layers(graph_def, fetches, precision="fp32"):
     """(GraphDef, the number of dense layers rewritten, the variant `SessionCall` serves many
     rows from or None): `graph_def` with each matched dense layer one `BertDense` node and,
-    where oneDNN is the faster for many rows (`AVX512_MANY_ROWS`), a copy under PREFIX of
-    everything the dense layers feed as it was, `fetches` (tensor names) mapped to the copy's.
+    in float32 where oneDNN is the faster for many rows (`AVX512_MANY_ROWS`), a copy under
+    PREFIX of everything the dense layers feed as it was, `fetches` (tensor names) mapped to
+    the copy's. "bf16" (a bfloat16 graph) and "int8" (a float32 graph whose dense layers go
+    to `BertDenseInt8`) only where AMX is (`amx_available`).
     (graph_def, 0, None) where the rewrite may not run or the kernel cannot be had."""
-    if not enabled():
+    on_tiles = precision in ("bf16", "int8")
+    if not enabled() or (on_tiles and not amx_available(precision)):
         return graph_def, 0, None
-    layers = [layer for layer in dense_layers(graph_def) if layer[2].shape[1] % PANEL == 0]
+    dtype = tf.bfloat16 if precision == "bf16" else tf.float32
+    depth_unit = {"bf16": 32, "int8": 64}.get(precision, 1)
+    layers = [layer for layer in dense_layers(graph_def, dtype=dtype)
+              if layer[2].shape[1] % PANEL == 0 and layer[2].shape[0] % depth_unit == 0]
     if not layers or custom_ops.library() is None:
         return graph_def, 0, None
     isa = kernel_isa()
-    replaced, removed, constants = _rewrites(graph_def, layers, isa)
+    replaced, removed, constants = _rewrites(graph_def, layers, isa, precision)
     variant = None
-    if isa == "avx512":
+    if isa == "avx512" and not on_tiles:
         matmuls = {bias_add.input[0].split(":")[0] for bias_add, *_ in layers}
         graph_def, names = with_copy(graph_def, fetches, fed_by(graph_def, matmuls), PREFIX)
         variant = (range(AVX512_MANY_ROWS, sys.maxsize), names)
@@ -76,25 +145,47 @@ def pack_dense_layers(graph_def, fetches):
     return rewritten, len(layers), variant
 
 
-def _rewrites(graph_def, layers, isa):
-    """({name: `BertDense` NodeDef}, {names of the nodes it replaces}, [packed weights'
-    constants]) for `layers` (`graph_nodes.dense_layers`' tuples)."""
+def _constant(name, value, device):
+    node = tf1.NodeDef(name=name, op="Const", device=device)
+    node.attr["dtype"].type = tf.as_dtype(value.dtype).as_datatype_enum
+    node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value))
+    return node
+
+
+def _rewrites(graph_def, layers, isa, precision="fp32"):
+    """({name: our op's NodeDef}, {names of the nodes it replaces}, [its constants]) for
+    `layers` (`graph_nodes.dense_layers`' tuples): float32 `BertDense` on the packed weight;
+    bf16 `BertDense` on the weight packed for AMX, the bias a float32 constant of the graph's
+    bfloat16 values; int8 `BertDenseInt8` on the weight's per-column codes."""
     nodes = {node.name: node for node in graph_def.node}
     read_by = readers(graph_def)
     replaced, removed, constants = {}, set(), []
-    for bias_add, x, weight, _ in layers:
+    for bias_add, x, weight, bias in layers:
         removed.add(bias_add.input[0].split(":")[0])  # the MatMul, read only by the BiasAdd
         gelu = _exact_gelu(bias_add.name, nodes, read_by)
         name = gelu[-1] if gelu else bias_add.name
-        kernel = tf1.NodeDef(name=bias_add.name + "/packed_kernel", op="Const",
-                             device=bias_add.device)
-        kernel.attr["dtype"].type = tf.float32.as_datatype_enum
-        kernel.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(pack_kernel(weight)))
-        constants.append(kernel)
-        node = tf1.NodeDef(name=name, op=OP, device=bias_add.device)
-        node.input.extend([x, kernel.name, bias_add.input[1]])
+        device = bias_add.device
+        node = tf1.NodeDef(name=name, op=OP_INT8 if precision == "int8" else OP, device=device)
+        if precision == "int8":
+            codes, scale, sums = quantize_columns(weight)
+            added = [_constant(bias_add.name + "/packed_codes", pack_int8_tiles(codes), device),
+                     _constant(bias_add.name + "/column_scale", scale, device),
+                     _constant(bias_add.name + "/column_sums", sums, device),
+                     _constant(bias_add.name + "/float_bias", bias.astype(np.float32), device)]
+        elif precision == "bf16":
+            added = [_constant(bias_add.name + "/packed_kernel", pack_kernel_tiles(weight), device),
+                     _constant(bias_add.name + "/float_bias", bias.astype(np.float32), device)]
+        else:
+            added = [_constant(bias_add.name + "/packed_kernel", pack_kernel(weight), device)]
+        constants.extend(added)
+        node.input.extend([x, *(constant.name for constant in added)])
+        if precision != "int8":
+            if precision == "fp32":
+                node.input.append(bias_add.input[1])
+            node.attr["T"].type = (tf.bfloat16 if precision == "bf16" else tf.float32
+                                   ).as_datatype_enum
+            node.attr["isa"].s = isa.encode()
         node.attr["activation"].s = b"gelu" if gelu else b"linear"
-        node.attr["isa"].s = isa.encode()
         replaced[name] = node
         if gelu:
             removed.update([bias_add.name, *gelu[:-1]])
@@ -137,11 +228,13 @@ def _only_reader(source, op, nodes, read_by):
 
 
 def _other_scalar(node, source, nodes):
-    """The float of the scalar constant `node` takes beside `source`, or None."""
+    """The float of the scalar constant `node` takes beside `source` (as written: a bfloat16
+    graph's cast of it not applied, so its √2 is still √2), or None."""
     names = [_node_name(name) for name in node.input]
     if len(names) != 2 or source not in names:
         return None
-    return scalar_of(nodes.get(names[1 - names.index(source)]))
+    value = constant_value(names[1 - names.index(source)], nodes, cast=False)
+    return float(value) if value is not None and np.ndim(value) == 0 else None
 
 
 def _node_name(source):

@@ -131,13 +131,14 @@ _ONEDNN_AMX_ISAS = tuple(isa for isa in _ONEDNN_BF16_ISAS
                          if "AMX" in isa or isa in ("ALL", "DEFAULT"))
 
 
-def cpu_has_amx():
+def cpu_has_amx(kind="bf16"):
     """Whether oneDNN multiplies on AMX here (an Intel Xeon from Sapphire Rapids on, and no
-    oneDNN cap below AMX): the CPU some serving choices were measured on apart."""
+    oneDNN cap below AMX): the CPU some serving choices were measured on apart. `kind`: the
+    tile product asked for, "bf16" or "int8"."""
     cap = onednn_isa_cap()
     if cap and cap not in _ONEDNN_AMX_ISAS:
         return False
-    return "amx_bf16" in (_cpu_flags() or set())
+    return f"amx_{kind}" in (_cpu_flags() or set())
 
 
 # CPU flags of an int8 dot product that adds its products in 32 bits (VNNI, AMX).

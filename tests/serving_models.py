@@ -99,6 +99,24 @@ def assert_answers_as_before(got, before, float32_answers, precision):
                         <= np.abs(value - full[name]).max() + rounding)
 
 
+def assert_int8_answers(got, float32_answers, other=None):
+    """Each answer of `got` (an int8 runner's run_in_batches dicts) near float32's: integers
+    exactly, floats within a tenth of their scale (8-bit operands, two layers deep: a few
+    percent); with `other` (another int8 path's answers to the same requests) no further
+    from float32's than those are, give or take a hundredth of the scale."""
+    others = other if other is not None else [None] * len(got)
+    for answer, reference, theirs in zip(got, float32_answers, others):
+        for name, value in reference.items():
+            if not np.issubdtype(value.dtype, np.floating):
+                np.testing.assert_array_equal(answer[name], value)
+                continue
+            scale = max(1.0, float(np.abs(value).max()))
+            error = np.abs(answer[name] - value).max()
+            assert error <= 0.1 * scale, name
+            if theirs is not None:
+                assert error <= np.abs(theirs[name] - value).max() + 0.01 * scale, name
+
+
 def served_nodes(runner):
     """The NodeDefs a `SavedModelRunner` serves a call of one row with: its frozen graph
     without the copies that repeat the encoder for other sizes (finetuning/fused_layer_norm.py,

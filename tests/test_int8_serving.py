@@ -13,7 +13,7 @@ from finetuning.int8_dense import activation_levels, quantize_dense_layers
 from finetuning.inference import SavedModelRunner, run_in_batches
 from modeling import named_config
 
-from serving_models import request_features, run_graph, served_nodes
+from serving_models import assert_int8_answers, request_features, run_graph, served_nodes
 
 tf1 = tf.compat.v1
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -90,15 +90,7 @@ def test_a_served_model_has_every_encoder_dense_layer_in_int8_and_its_head_in_fl
     assert count(int8_runner, "MatMul") == count(fp32_runner, "MatMul") - 6 * layers >= 1
     features = request_features(6, np.random.default_rng(4))
     fp32 = run_in_batches(fp32_runner, features, task.extra_serving_inputs)
-    int8 = run_in_batches(int8_runner, features, task.extra_serving_inputs)
-    for reference, got in zip(fp32, int8):
-        for name, value in reference.items():
-            if not np.issubdtype(value.dtype, np.floating):
-                np.testing.assert_array_equal(got[name], value)
-                continue
-            scale = max(1.0, float(np.abs(value).max()))
-            # 8-bit operands, two layers deep: a few percent of the outputs' scale
-            assert np.abs(got[name] - value).max() <= 0.1 * scale, name
+    assert_int8_answers(run_in_batches(int8_runner, features, task.extra_serving_inputs), fp32)
 
 
 @pytest.mark.parametrize("variable, reason", [

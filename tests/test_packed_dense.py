@@ -1,9 +1,10 @@
-"""Our dense-layer kernel (`BertDense`, finetuning/kernels/dense.h) and its load-time rewrite
-(finetuning/packed_dense.py): the op computes x · W + bias, and its exact GELU, as a float64
-reference does, with every vector code it has, at row counts that leave tails and span
-several chunks and depth blocks; a served float32 model's encoder dense layers become one op
-each (the GELU's ops gone), it answers as the graph of TensorFlow's ops, and with AVX-512 a
-copy of that graph serves many rows."""
+"""Our float32 dense-layer kernel (`BertDense`, finetuning/kernels/dense.h) and its load-time
+rewrite (finetuning/packed_dense.py): the op computes x · W + bias, and its exact GELU, as a
+float64 reference does, with every vector code it has, at row counts that leave tails and
+span several chunks and depth blocks; a served float32 model's encoder dense layers become
+one op each (the GELU's ops gone), it answers as the graph of TensorFlow's ops, and with
+AVX-512 a copy of that graph serves many rows. (bfloat16 and int8 on AMX:
+tests/test_dense_amx.py.)"""
 import math
 
 import numpy as np
@@ -14,7 +15,6 @@ from finetuning import packed_dense
 from finetuning.inference import SavedModelRunner
 from finetuning.packed_dense import OP, PANEL, pack_kernel
 from modeling import named_config
-from modeling.core import cpu_has_native_bfloat16
 from serving_models import (answers_of, assert_answers_as_before, served_nodes,
                             summation_order_tolerance)
 
@@ -113,13 +113,6 @@ def test_with_avx512_a_copy_of_onednns_graph_serves_many_rows(kernels, exported,
     capped = SavedModelRunner(path, "fp32")
     assert not any(node.name.startswith(packed_dense.PREFIX)
                    for node in capped._session.graph.as_graph_def().node)
-
-
-def test_a_bfloat16_graph_keeps_onednns_products(kernels, exported):
-    if not cpu_has_native_bfloat16():
-        pytest.skip("this CPU has no native bfloat16: no bf16 serving here")
-    _, path = exported
-    assert OP not in [node.op for node in served_nodes(SavedModelRunner(path, "bf16"))]
 
 
 def test_switched_off_nothing_is_rewritten(monkeypatch):

@@ -14,9 +14,12 @@
 // BertAddLayerNorm: y = layer_norm(x + residual) over the last axis, float32, and y_low: y as
 // Tlow (bfloat16 for the next bf16 products; y itself where Tlow is float32).
 //
-// BertDense: y = activation(x · W + bias), float32, x [rows, k], W given packed
-// ([n / 32, k, 32]: finetuning/packed_dense.py), activation "linear" or "gelu" (exact).
+// BertDense: y = activation(x · W + bias), x [rows, k] and y float32 or bfloat16, W given
+// packed ([n / 32, k, 32]: finetuning/packed_dense.py; in bfloat16 tile by tile, dense_amx.h),
+// bias float32, activation "linear" or "gelu" (exact).
 #include <cstdint>
+#include <functional>
+#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -43,6 +46,14 @@ void dense_avx2(const float*, const float*, const float*, float*, int64_t, int64
                 int64_t, int64_t);
 void dense_generic(const float*, const float*, const float*, float*, int64_t, int64_t, int64_t,
                    int, int64_t, int64_t);
+int amx_request_tiles();
+void pack_rows_bf16(const uint16_t*, uint16_t*, int64_t, int64_t, int64_t, int64_t);
+void dense_bf16_amx(const uint16_t*, const uint16_t*, const float*, uint16_t*, int64_t, int64_t,
+                    int64_t, int, int64_t, int64_t);
+void quantize_rows_u8(const float*, uint8_t*, float*, float*, int64_t, int64_t, int64_t, int64_t);
+void dense_int8_amx(const uint8_t*, const float*, const float*, const int8_t*, const float*,
+                    const float*, const float*, float*, int64_t, int64_t, int64_t, int, int64_t,
+                    int64_t);
 void add_layer_norm_avx512(const void*, const float*, const float*, const float*, float, float*,
                            uint16_t*, int, int, int64_t, int64_t);
 void add_layer_norm_avx2(const void*, const float*, const float*, const float*, float, float*,
@@ -89,22 +100,36 @@ REGISTER_OP("BertAddLayerNorm")
       return OkStatus();
     });
 
+// The dense ops' y: [x's rows, the packed kernel's panels x panel width].
+static Status DenseShape(shape_inference::InferenceContext* c) {
+  shape_inference::ShapeHandle x, kernel;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &x));
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 3, &kernel));
+  shape_inference::DimensionHandle columns;
+  TF_RETURN_IF_ERROR(c->Multiply(c->Dim(kernel, 0), c->Dim(kernel, 2), &columns));
+  c->set_output(0, c->Matrix(c->Dim(x, 0), columns));
+  return OkStatus();
+}
+
 REGISTER_OP("BertDense")
+    .Input("x: T")
+    .Input("packed_kernel: T")
+    .Input("bias: float")
+    .Output("y: T")
+    .Attr("T: {float, bfloat16} = DT_FLOAT")
+    .Attr("activation: {'linear', 'gelu'} = 'linear'")
+    .Attr("isa: {'avx512', 'avx2', 'generic'} = 'generic'")
+    .SetShapeFn(DenseShape);
+
+REGISTER_OP("BertDenseInt8")
     .Input("x: float")
-    .Input("packed_kernel: float")
+    .Input("packed_kernel: int8")
+    .Input("scale: float")
+    .Input("weight_sums: float")
     .Input("bias: float")
     .Output("y: float")
     .Attr("activation: {'linear', 'gelu'} = 'linear'")
-    .Attr("isa: {'avx512', 'avx2', 'generic'} = 'generic'")
-    .SetShapeFn([](shape_inference::InferenceContext* c) {
-      shape_inference::ShapeHandle x, kernel;
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &x));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 3, &kernel));
-      shape_inference::DimensionHandle columns;
-      TF_RETURN_IF_ERROR(c->Multiply(c->Dim(kernel, 0), c->Dim(kernel, 2), &columns));
-      c->set_output(0, c->Matrix(c->Dim(x, 0), columns));
-      return OkStatus();
-    });
+    .SetShapeFn(DenseShape);
 
 // The widest instruction set at or below `isa` that this CPU runs.
 static std::string Widest(const std::string& isa) {
@@ -272,16 +297,25 @@ REGISTER_ADD_LAYER_NORM(float, bfloat16)
 REGISTER_ADD_LAYER_NORM(bfloat16, float)
 REGISTER_ADD_LAYER_NORM(bfloat16, bfloat16)
 
+// float32: our vector kernel (dense.h), `isa` choosing its code. bfloat16: AMX's tiles
+// (dense_amx.h), x packed tile by tile on every call; the op refuses to be built where the
+// process may not use them (finetuning/packed_dense.py rewrites to it only where it may).
+template <typename T>
 class DenseOp : public OpKernel {
  public:
-  static constexpr int64_t kPanel = 32;  // kDensePanel in dense.h
-
+  static constexpr int64_t kPanel = 32;  // kDensePanel in dense.h, kAmxBlock in dense_amx.h
+  static constexpr bool kBf16 = std::is_same<T, bfloat16>::value;
   explicit DenseOp(OpKernelConstruction* context) : OpKernel(context) {
     std::string activation, isa;
     OP_REQUIRES_OK(context, context->GetAttr("activation", &activation));
     OP_REQUIRES_OK(context, context->GetAttr("isa", &isa));
     gelu_ = activation == "gelu";
     dense_ = ChooseDense(isa);
+    if (kBf16)
+      OP_REQUIRES(context, amx_request_tiles() == 1,
+                  errors::Unavailable("BertDense in bfloat16 runs on AMX tiles, and this "
+                                      "process may not use them (no AMX-BF16, or the kernel "
+                                      "refused ARCH_REQ_XCOMP_PERM)"));
   }
 
   void Compute(OpKernelContext* context) override {
@@ -294,23 +328,46 @@ class DenseOp : public OpKernel {
                              kernel.dim_size(2) == kPanel,
                 errors::InvalidArgument("packed_kernel must be [n / ", kPanel, ", ", depth, ", ",
                                         kPanel, "]"));
+    OP_REQUIRES(context, !kBf16 || depth % kPanel == 0,
+                errors::InvalidArgument("bfloat16 needs k a multiple of ", kPanel, ", not ",
+                                        depth));
     const int64_t panels = kernel.dim_size(0), columns = panels * kPanel;
     OP_REQUIRES(context, bias.dims() == 1 && bias.dim_size(0) == columns,
                 errors::InvalidArgument("bias must be [", columns, "]"));
     Tensor* y = nullptr;
     OP_REQUIRES_OK(context, context->allocate_output(0, TensorShape({rows, columns}), &y));
     if (rows == 0 || columns == 0) return;
-    const float* in = x.flat<float>().data();
-    const float* packed = kernel.flat<float>().data();
     const float* b = bias.flat<float>().data();
-    float* out = y->flat<float>().data();
     const int activation = gelu_ ? 1 : 0;
-    DenseFn dense = dense_;
-    auto work = [&](int64_t begin, int64_t end) {
-      dense(in, packed, b, out, rows, depth, columns, activation, begin, end);
-    };
+    std::function<void(int64_t, int64_t)> work;
+    Tensor x_packed;
+    int64_t cost = 2 * rows * depth * kPanel;  // a panel's flops
+    if (kBf16) {
+      const int64_t padded = (rows + kPanel - 1) / kPanel * kPanel;
+      OP_REQUIRES_OK(context, context->allocate_temp(DT_BFLOAT16, TensorShape({padded, depth}),
+                                                     &x_packed));
+      const uint16_t* in = reinterpret_cast<const uint16_t*>(x.tensor_data().data());
+      uint16_t* tiles = reinterpret_cast<uint16_t*>(const_cast<char*>(x_packed.tensor_data().data()));
+      auto* threads = context->device()->tensorflow_cpu_worker_threads();
+      Shard(threads->num_threads, threads->workers, padded / kPanel, kPanel * depth,
+            [=](int64_t begin, int64_t end) { pack_rows_bf16(in, tiles, rows, depth, begin, end); });
+      const uint16_t* packed = reinterpret_cast<const uint16_t*>(kernel.tensor_data().data());
+      uint16_t* out = reinterpret_cast<uint16_t*>(const_cast<char*>(y->tensor_data().data()));
+      work = [=](int64_t begin, int64_t end) {
+        dense_bf16_amx(tiles, packed, b, out, rows, depth, columns, activation, begin, end);
+      };
+      cost /= 8;  // tiles multiply several times faster than vectors
+    } else {
+      const float* in = reinterpret_cast<const float*>(x.tensor_data().data());
+      const float* packed = reinterpret_cast<const float*>(kernel.tensor_data().data());
+      float* out = reinterpret_cast<float*>(const_cast<char*>(y->tensor_data().data()));
+      DenseFn dense = dense_;
+      work = [=](int64_t begin, int64_t end) {
+        dense(in, packed, b, out, rows, depth, columns, activation, begin, end);
+      };
+    }
     auto* threads = context->device()->tensorflow_cpu_worker_threads();
-    Shard(threads->num_threads, threads->workers, panels, 2 * rows * depth * kPanel, work);
+    Shard(threads->num_threads, threads->workers, panels, cost, work);
   }
 
  private:
@@ -318,4 +375,77 @@ class DenseOp : public OpKernel {
   DenseFn dense_;
 };
 
-REGISTER_KERNEL_BUILDER(Name("BertDense").Device(DEVICE_CPU), DenseOp);
+REGISTER_KERNEL_BUILDER(Name("BertDense").Device(DEVICE_CPU).TypeConstraint<float>("T"),
+                        DenseOp<float>);
+REGISTER_KERNEL_BUILDER(Name("BertDense").Device(DEVICE_CPU).TypeConstraint<bfloat16>("T"),
+                        DenseOp<bfloat16>);
+
+// BertDenseInt8: y = activation(x · W + bias), float32 in and out, on AMX-INT8: each row of x
+// quantized on the fly to 0..255 (its own low and step), W given as int8 codes packed tile by
+// tile ([n / 32, k, 32]: dense_amx.h) with each column's scale and scale · sum of its codes.
+class DenseInt8Op : public OpKernel {
+ public:
+  static constexpr int64_t kPanel = 32, kDepthBlock = 64;
+  explicit DenseInt8Op(OpKernelConstruction* context) : OpKernel(context) {
+    std::string activation;
+    OP_REQUIRES_OK(context, context->GetAttr("activation", &activation));
+    gelu_ = activation == "gelu";
+    OP_REQUIRES(context, amx_request_tiles() == 1,
+                errors::Unavailable("BertDenseInt8 runs on AMX tiles, and this process may not "
+                                    "use them (no AMX-INT8, or the kernel refused "
+                                    "ARCH_REQ_XCOMP_PERM)"));
+  }
+
+  void Compute(OpKernelContext* context) override {
+    const Tensor& x = context->input(0);
+    const Tensor& kernel = context->input(1);
+    OP_REQUIRES(context, x.dims() == 2, errors::InvalidArgument("x must be [rows, k]"));
+    const int64_t rows = x.dim_size(0), depth = x.dim_size(1);
+    OP_REQUIRES(context, depth % kDepthBlock == 0,
+                errors::InvalidArgument("int8 needs k a multiple of ", kDepthBlock, ", not ",
+                                        depth));
+    OP_REQUIRES(context, kernel.dims() == 3 && kernel.dim_size(1) == depth &&
+                             kernel.dim_size(2) == kPanel,
+                errors::InvalidArgument("packed_kernel must be [n / ", kPanel, ", ", depth, ", ",
+                                        kPanel, "]"));
+    const int64_t panels = kernel.dim_size(0), columns = panels * kPanel;
+    for (int input = 2; input < 5; ++input)
+      OP_REQUIRES(context, context->input(input).dims() == 1 &&
+                               context->input(input).dim_size(0) == columns,
+                  errors::InvalidArgument("scale, weight_sums and bias must be [", columns, "]"));
+    Tensor* y = nullptr;
+    OP_REQUIRES_OK(context, context->allocate_output(0, TensorShape({rows, columns}), &y));
+    if (rows == 0 || columns == 0) return;
+    const int64_t padded = (rows + kPanel - 1) / kPanel * kPanel;
+    Tensor codes, lows, steps;
+    OP_REQUIRES_OK(context, context->allocate_temp(DT_UINT8, TensorShape({padded, depth}), &codes));
+    OP_REQUIRES_OK(context, context->allocate_temp(DT_FLOAT, TensorShape({rows}), &lows));
+    OP_REQUIRES_OK(context, context->allocate_temp(DT_FLOAT, TensorShape({rows}), &steps));
+    const float* in = x.flat<float>().data();
+    uint8_t* packed_codes = codes.flat<uint8_t>().data();
+    float* low = lows.flat<float>().data();
+    float* step = steps.flat<float>().data();
+    auto* threads = context->device()->tensorflow_cpu_worker_threads();
+    Shard(threads->num_threads, threads->workers, padded / kPanel, 4 * kPanel * depth,
+          [=](int64_t begin, int64_t end) {
+            quantize_rows_u8(in, packed_codes, low, step, rows, depth, begin, end);
+          });
+    const int8_t* weights = kernel.flat<int8_t>().data();
+    const float* scale = context->input(2).flat<float>().data();
+    const float* sums = context->input(3).flat<float>().data();
+    const float* b = context->input(4).flat<float>().data();
+    float* out = y->flat<float>().data();
+    const int activation = gelu_ ? 1 : 0;
+    Shard(threads->num_threads, threads->workers, panels, rows * depth * kPanel / 8,
+          [=](int64_t begin, int64_t end) {
+            dense_int8_amx(packed_codes, low, step, weights, scale, sums, b, out, rows, depth,
+                           columns, activation, begin, end);
+          });
+  }
+
+ private:
+  bool gelu_;
+};
+
+REGISTER_KERNEL_BUILDER(Name("BertDenseInt8").Device(DEVICE_CPU), DenseInt8Op);
+
