@@ -30,13 +30,13 @@ _VECTOR_UNITS = {
                           "-mfma"],
     "kernels_avx2.cc": ["-mavx2", "-mfma"],
     "kernels_generic.cc": [],
-    # the bfloat16 dense layer on AMX (dense_amx.h): used only where the CPU has it
+    # the dense layers on AMX, bfloat16 and int8 (dense_amx.h): used only where the CPU has it
     "kernels_amx.cc": ["-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mavx512bf16",
                        "-mamx-tile", "-mamx-bf16", "-mamx-int8", "-mavx2", "-mfma"],
 }
 # A compiler before GCC 11 / Clang 12 knows no AMX: then this unit stands in for
 # kernels_amx.cc (its functions say no), the rest is built as ever, and a marker file beside
-# the library (`amx_built`) tells the rewrite not to ask for the bfloat16 op.
+# the library (`amx_built`) tells the rewrite not to ask for the AMX ops.
 _AMX_UNIT, _NO_AMX_UNIT = "kernels_amx.cc", "kernels_no_amx.cc"
 _NO_AMX_SUFFIX = ".no_amx"
 _OP_UNIT = "ops.cc"
@@ -138,7 +138,7 @@ def _run_all(commands):
 
 
 def amx_built():
-    """Whether the loaded library has the bfloat16 dense layer on AMX (its compiler knew AMX)."""
+    """Whether the loaded library has the dense layers on AMX (its compiler knew AMX)."""
     return library() is not None and _loaded.get("amx", False)
 
 

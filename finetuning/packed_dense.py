@@ -1,5 +1,5 @@
 """A serving graph's dense layers as one op of ours each, their weights packed at load:
-float32 on our vector kernel, bfloat16 on AMX's tiles.
+float32 on our vector kernel, bfloat16 and int8 on AMX's tiles where the CPU has them.
 
 A served request is a few hundred rows (the real tokens of its sequences), and at that size
 oneDNN's inner product (`_MklNativeFusedMatMul`, what the frozen graph's MatMul and BiasAdd
@@ -13,16 +13,20 @@ ran a 170-row 384 -> 1536 layer with its GELU at ~260 GFLOP/s where one core's t
 products alone run at ~2,500: `BertDense` in bfloat16 (`finetuning/kernels/dense_amx.h`)
 reads both operands as whole 1 KB tiles (the weight laid out so here, once; a call's rows by
 the op), and adds the bias and GELU in float32 before its one rounding to bfloat16.
+`BertDenseInt8` does the same on AMX-INT8 for `--precision=int8` (float32 in and out, each
+row of the activation quantized on the fly to its own 0..255 scale, each weight column to
+its own int8 scale), in place of `int8_dense`'s oneDNN int8 matmul.
 
 Matched on the frozen GraphDef at load, after `add_layer_norm`: each MatMul in the graph's
 precision on a constant weight inside the encoder read only by a BiasAdd on a constant bias
 (`graph_nodes.dense_layers`; in a bfloat16 graph the constants are float32 ones cast),
-whose width (and in bfloat16 depth) is a multiple of 32; where the BiasAdd is read only by
+whose width is a multiple of 32 (and depth, in bfloat16 of 32, in int8 of 64; other
+layers stay as they are); where the BiasAdd is read only by
 the exact GELU's ops (`modeling.activations.gelu`: 0.5·x·(1 + erf(x/√2))), those too. The
-op takes the last node's name, so its readers are untouched. bfloat16 only where AMX is
-(`amx_available`; elsewhere its products stay oneDNN's); not in an int8 graph, not where a
-GPU would run the graph, without the kernel library (`custom_ops.library()` says why) or
-with `BERT_DENSE=0`.
+op takes the last node's name, so its readers are untouched. bfloat16 and int8 only where
+AMX is (`amx_available`; elsewhere their products stay oneDNN's); not where a GPU would run
+the graph, without the kernel library (`custom_ops.library()` says why) or with
+`BERT_DENSE=0` (int8 then on `int8_dense`).
 """
 import math
 import sys

@@ -2,6 +2,7 @@
 checkpoint of a task exported as `inference.py` serves it, requests for it, and a GraphDef
 run on its own (for the serving graph's rewrites). The `exported` fixture (conftest.py)
 exports one of each task once a test session."""
+import math
 import types
 
 import numpy as np
@@ -97,6 +98,24 @@ def assert_answers_as_before(got, before, float32_answers, precision):
                 rounding = 2.0 ** -8 * max(1.0, float(np.abs(full[name]).max()))
                 assert (np.abs(answer[name] - full[name]).max()
                         <= np.abs(value - full[name]).max() + rounding)
+
+
+def dense_reference(x, weight, bias, activation):
+    """x · W + bias, and the exact GELU where `activation` is "gelu", in float64."""
+    y = np.asarray(x, np.float64) @ np.asarray(weight, np.float64) + bias
+    if activation == "gelu":
+        y = 0.5 * y * (1.0 + np.vectorize(math.erf)(y / math.sqrt(2.0)))
+    return y
+
+
+def tensorflow_dense(x, weight, bias, activation):
+    """The same layer in TensorFlow's own ops, in the inputs' type: how far float32 (or
+    bfloat16) arithmetic is from `dense_reference` on this CPU, the measure our ops are held
+    to."""
+    y = tf.nn.bias_add(tf.matmul(x, weight), bias)
+    if activation == "gelu":
+        y = 0.5 * y * (1.0 + tf.math.erf(y / math.sqrt(2.0)))
+    return y.numpy()
 
 
 def assert_int8_answers(got, float32_answers, other=None):

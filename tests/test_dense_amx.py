@@ -22,8 +22,8 @@ from finetuning.packed_dense import (OP, OP_INT8, PANEL, amx_available, pack_int
 from modeling import named_config
 from modeling.core import cpu_has_native_bfloat16
 from serving_models import (answers_of, assert_answers_as_before, assert_int8_answers,
-                            request_features, served_nodes, summation_order_tolerance)
-from test_packed_dense import _reference, _tensorflow_float32
+                            dense_reference, request_features, served_nodes,
+                            summation_order_tolerance, tensorflow_dense)
 
 
 def _needs_amx(kind="bf16"):
@@ -52,12 +52,12 @@ def test_the_bfloat16_op_on_amx_is_the_dense_layer(kernels, activation, rows, de
     got = kernels.bert_dense(tf.constant(x.astype(BFLOAT16)),
                              tf.constant(pack_kernel_tiles(weight)), bias, activation=activation)
     assert got.dtype == tf.bfloat16 and got.shape == (rows, width)
-    expected = _reference(x, weight, bias, activation)
+    expected = dense_reference(x, weight, bias, activation)
     error = np.abs(got.numpy().astype(np.float64) - expected)
-    float32_error = np.abs(_tensorflow_float32(x, weight, bias, activation) - expected).max()
+    float32_error = np.abs(tensorflow_dense(x, weight, bias, activation) - expected).max()
     assert (error <= 2.0 ** -8 * np.abs(expected) + 4 * float32_error + 1e-30).all()
     low = [tf.constant(array.astype(BFLOAT16)) for array in (x, weight, bias)]
-    tensorflow_bf16 = _tensorflow_float32(*low, activation).astype(np.float64)
+    tensorflow_bf16 = tensorflow_dense(*low, activation).astype(np.float64)
     assert error.max() <= np.abs(tensorflow_bf16 - expected).max()
 
 
@@ -169,7 +169,7 @@ def test_the_int8_op_on_amx_computes_its_quantized_product(kernels, activation, 
     got = kernels.bert_dense_int8(x, pack_int8_tiles(codes), scale, sums, bias,
                                   activation=activation).numpy()
     x_codes, low, step = _codes_as_the_kernel_makes_them(x)
-    quantized = _reference(low.astype(np.float64) + x_codes * step,
+    quantized = dense_reference(low.astype(np.float64) + x_codes * step,
                            codes.astype(np.float64) * scale, bias, activation)
     assert np.abs(got - quantized).max() <= summation_order_tolerance(quantized)
     lost = np.abs(low).max() * np.abs(sums).max()

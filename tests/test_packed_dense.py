@@ -15,26 +15,10 @@ from finetuning import packed_dense
 from finetuning.inference import SavedModelRunner
 from finetuning.packed_dense import OP, PANEL, pack_kernel
 from modeling import named_config
-from serving_models import (answers_of, assert_answers_as_before, served_nodes,
-                            summation_order_tolerance)
+from serving_models import (answers_of, assert_answers_as_before, dense_reference,
+                            served_nodes, summation_order_tolerance, tensorflow_dense)
 
 ISAS = ("avx512", "avx2", "generic")
-
-
-def _reference(x, weight, bias, activation):
-    y = np.asarray(x, np.float64) @ np.asarray(weight, np.float64) + bias
-    if activation == "gelu":
-        y = 0.5 * y * (1.0 + np.vectorize(math.erf)(y / math.sqrt(2.0)))
-    return y
-
-
-def _tensorflow_float32(x, weight, bias, activation):
-    """The same layer in TensorFlow's own float32 ops: how far float32 arithmetic is from
-    the float64 reference on this CPU, the measure our op is held to."""
-    y = tf.nn.bias_add(tf.matmul(x, weight), bias)
-    if activation == "gelu":
-        y = 0.5 * y * (1.0 + tf.math.erf(y / math.sqrt(2.0)))
-    return y.numpy()
 
 
 @pytest.mark.parametrize("isa", ISAS)
@@ -49,8 +33,8 @@ def test_the_op_is_the_dense_layer(kernels, isa, activation, rows, depth, width)
     weight = (rng.standard_normal((depth, width)) / math.sqrt(depth)).astype(np.float32)
     bias = rng.standard_normal(width).astype(np.float32)
     got = kernels.bert_dense(x, pack_kernel(weight), bias, activation=activation, isa=isa)
-    expected = _reference(x, weight, bias, activation)
-    float32_error = np.abs(_tensorflow_float32(x, weight, bias, activation) - expected).max()
+    expected = dense_reference(x, weight, bias, activation)
+    float32_error = np.abs(tensorflow_dense(x, weight, bias, activation) - expected).max()
     assert got.shape == (rows, width)
     assert np.abs(got.numpy() - expected).max() <= 4 * float32_error + 1e-30
 

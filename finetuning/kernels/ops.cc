@@ -297,6 +297,33 @@ REGISTER_ADD_LAYER_NORM(float, bfloat16)
 REGISTER_ADD_LAYER_NORM(bfloat16, float)
 REGISTER_ADD_LAYER_NORM(bfloat16, bfloat16)
 
+// Whether the process may use AMX's tiles (asked once: Linux grants them for its life), as
+// the op `what` needs them to be built.
+static Status AmxTiles(const char* what) {
+  if (amx_request_tiles() == 1) return OkStatus();
+  return errors::Unavailable(what, " runs on AMX tiles, and this process may not use them "
+                             "(the CPU has none, the library was built without them, or the "
+                             "kernel refused ARCH_REQ_XCOMP_PERM)");
+}
+
+// The dense ops' x [rows, k] and packed kernel [n / 32, k, 32], k a multiple of `depth_unit`
+// (the tiles' depth: 32 for bfloat16 pairs, 64 for int8 quads, 1 for our vector code).
+static Status DenseOperands(const Tensor& x, const Tensor& kernel, int64_t depth_unit,
+                            int64_t* rows, int64_t* depth, int64_t* panels) {
+  constexpr int64_t kPanel = 32;
+  if (x.dims() != 2) return errors::InvalidArgument("x must be [rows, k]");
+  *rows = x.dim_size(0);
+  *depth = x.dim_size(1);
+  if (*depth % depth_unit != 0)
+    return errors::InvalidArgument("k must be a multiple of ", depth_unit, " for this op's tiles, not ",
+                                   *depth);
+  if (kernel.dims() != 3 || kernel.dim_size(1) != *depth || kernel.dim_size(2) != kPanel)
+    return errors::InvalidArgument("packed_kernel must be [n / ", kPanel, ", ", *depth, ", ",
+                                   kPanel, "]");
+  *panels = kernel.dim_size(0);
+  return OkStatus();
+}
+
 // float32: our vector kernel (dense.h), `isa` choosing its code. bfloat16: AMX's tiles
 // (dense_amx.h), x packed tile by tile on every call; the op refuses to be built where the
 // process may not use them (finetuning/packed_dense.py rewrites to it only where it may).
@@ -311,27 +338,16 @@ class DenseOp : public OpKernel {
     OP_REQUIRES_OK(context, context->GetAttr("isa", &isa));
     gelu_ = activation == "gelu";
     dense_ = ChooseDense(isa);
-    if (kBf16)
-      OP_REQUIRES(context, amx_request_tiles() == 1,
-                  errors::Unavailable("BertDense in bfloat16 runs on AMX tiles, and this "
-                                      "process may not use them (no AMX-BF16, or the kernel "
-                                      "refused ARCH_REQ_XCOMP_PERM)"));
+    if (kBf16) OP_REQUIRES_OK(context, AmxTiles("BertDense in bfloat16"));
   }
 
   void Compute(OpKernelContext* context) override {
     const Tensor& x = context->input(0);
     const Tensor& kernel = context->input(1);
     const Tensor& bias = context->input(2);
-    OP_REQUIRES(context, x.dims() == 2, errors::InvalidArgument("x must be [rows, k]"));
-    const int64_t rows = x.dim_size(0), depth = x.dim_size(1);
-    OP_REQUIRES(context, kernel.dims() == 3 && kernel.dim_size(1) == depth &&
-                             kernel.dim_size(2) == kPanel,
-                errors::InvalidArgument("packed_kernel must be [n / ", kPanel, ", ", depth, ", ",
-                                        kPanel, "]"));
-    OP_REQUIRES(context, !kBf16 || depth % kPanel == 0,
-                errors::InvalidArgument("bfloat16 needs k a multiple of ", kPanel, ", not ",
-                                        depth));
-    const int64_t panels = kernel.dim_size(0), columns = panels * kPanel;
+    int64_t rows, depth, panels;
+    OP_REQUIRES_OK(context, DenseOperands(x, kernel, kBf16 ? kPanel : 1, &rows, &depth, &panels));
+    const int64_t columns = panels * kPanel;
     OP_REQUIRES(context, bias.dims() == 1 && bias.dim_size(0) == columns,
                 errors::InvalidArgument("bias must be [", columns, "]"));
     Tensor* y = nullptr;
@@ -390,25 +406,15 @@ class DenseInt8Op : public OpKernel {
     std::string activation;
     OP_REQUIRES_OK(context, context->GetAttr("activation", &activation));
     gelu_ = activation == "gelu";
-    OP_REQUIRES(context, amx_request_tiles() == 1,
-                errors::Unavailable("BertDenseInt8 runs on AMX tiles, and this process may not "
-                                    "use them (no AMX-INT8, or the kernel refused "
-                                    "ARCH_REQ_XCOMP_PERM)"));
+    OP_REQUIRES_OK(context, AmxTiles("BertDenseInt8"));
   }
 
   void Compute(OpKernelContext* context) override {
     const Tensor& x = context->input(0);
     const Tensor& kernel = context->input(1);
-    OP_REQUIRES(context, x.dims() == 2, errors::InvalidArgument("x must be [rows, k]"));
-    const int64_t rows = x.dim_size(0), depth = x.dim_size(1);
-    OP_REQUIRES(context, depth % kDepthBlock == 0,
-                errors::InvalidArgument("int8 needs k a multiple of ", kDepthBlock, ", not ",
-                                        depth));
-    OP_REQUIRES(context, kernel.dims() == 3 && kernel.dim_size(1) == depth &&
-                             kernel.dim_size(2) == kPanel,
-                errors::InvalidArgument("packed_kernel must be [n / ", kPanel, ", ", depth, ", ",
-                                        kPanel, "]"));
-    const int64_t panels = kernel.dim_size(0), columns = panels * kPanel;
+    int64_t rows, depth, panels;
+    OP_REQUIRES_OK(context, DenseOperands(x, kernel, kDepthBlock, &rows, &depth, &panels));
+    const int64_t columns = panels * kPanel;
     for (int input = 2; input < 5; ++input)
       OP_REQUIRES(context, context->input(input).dims() == 1 &&
                                context->input(input).dim_size(0) == columns,
