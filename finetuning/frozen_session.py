@@ -100,9 +100,8 @@ def freeze(session, fetches, precision="fp32"):
         frozen = bfloat16_graph(frozen, keep)
     frozen, _ = pack_attention(frozen)  # attention on the real rows, one op a layer
     frozen, ours = fuse_add_layer_norms(frozen)  # residual add and layer norm, one op each
-    dense, many_dense = 0, None
-    if precision in ("fp32", "bf16", "int8"):  # dense layers (and GELU) one op each
-        frozen, dense, many_dense = pack_dense_layers(frozen, fetches, precision)
+    # dense layers (and GELU) one op each; in bf16 and int8 only on AMX
+    frozen, dense, many_dense = pack_dense_layers(frozen, fetches, precision)
     frozen, _ = fuse_attention_scores(frozen)  # scale and mask inside the product
     frozen, _ = transpose_as_integers(frozen)  # Eigen's transposes, not oneDNN's
     variants = [many_dense] if many_dense else []
