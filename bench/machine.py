@@ -16,12 +16,19 @@ VECTOR_FLAGS = ("amx_bf16", "avx512_bf16", "avx512f", "avx2")
 # stands in for one with less (both sides of a comparison capped alike): oneDNN (in
 # TensorFlow and in torch), torch's own vectorised kernels, MKL (torch's fp32 GEMM), and
 # FBGEMM (torch's int8 GEMM: without it, it ran AVX-512 VNNI under the others' cap, 2.5-3x
-# the speed of its AVX2 path on a 256 x 384 x 1536 product).
+# the speed of its AVX2 path on a 256 x 384 x 1536 product). "avx512_bf16" stands an AMX
+# Xeon in for a Zen 4 or 5: AVX-512 with BF16 and VNNI, no AMX (FBGEMM has no AMX code: its
+# cap there is VNNI, what it runs anyway).
 INSTRUCTION_SET_CAPS = {
     "avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "DNNL_MAX_CPU_ISA": "AVX2",
              "ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
              "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2"},
+    "avx512_bf16": {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16",
+                    "DNNL_MAX_CPU_ISA": "AVX512_CORE_BF16", "ATEN_CPU_CAPABILITY": "avx512",
+                    "MKL_ENABLE_INSTRUCTIONS": "AVX512", "FBGEMM_ENABLE_INSTRUCTIONS": "AVX512_E1"},
 }
+# The caps under which oneDNN has no bfloat16 arithmetic (TensorFlow aborts asking for it).
+CAPS_WITHOUT_BF16 = ("avx2",)
 
 
 def cap_instruction_set(name):
@@ -41,10 +48,11 @@ def add_max_isa_flag(parser):
 
 
 def refuse_bf16_when_capped(parser, max_isa, precisions, flag):
-    """A parser error when bf16 (in `precisions`, given by `flag`) meets `--max_isa`: oneDNN
-    capped at AVX2 has no bf16 kernel, and TensorFlow aborts asking for one."""
-    if max_isa and "bf16" in precisions:
-        parser.error(f"{flag} bf16 needs the CPU's bfloat16 instructions: not with --max_isa")
+    """A parser error when bf16 (in `precisions`, given by `flag`) meets a `--max_isa` without
+    it: oneDNN capped at AVX2 has no bf16 kernel, and TensorFlow aborts asking for one."""
+    if max_isa in CAPS_WITHOUT_BF16 and "bf16" in precisions:
+        parser.error(f"{flag} bf16 needs the CPU's bfloat16 instructions: not with "
+                     f"--max_isa {max_isa}")
 
 
 def instruction_set_cap():
@@ -86,9 +94,11 @@ def cpu_name(fields=None):
     if vectors:
         details.append(", ".join(vectors))
     cap = instruction_set_cap()
+    named = [variables for variables in INSTRUCTION_SET_CAPS.values()
+             if variables["ONEDNN_MAX_CPU_ISA"] == cap]
     if cap:
-        details.append(f"capped at {cap} ({', '.join(INSTRUCTION_SET_CAPS[cap.lower()])})"
-                       if cap.lower() in INSTRUCTION_SET_CAPS else f"ONEDNN_MAX_CPU_ISA={cap}")
+        details.append(f"capped at {cap} ({', '.join(named[0])})" if named
+                       else f"ONEDNN_MAX_CPU_ISA={cap}")
     return fields["model name"] + (f" ({'; '.join(details)})" if details else "")
 
 

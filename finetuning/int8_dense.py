@@ -1,6 +1,7 @@
 """Serving in int8: the encoder's dense layers of a frozen graph on oneDNN's int8 matmul,
-where the CPU has no AMX-INT8 (there they are our own op instead, each row of the
-activation its own scale: `packed_dense.int8_on_tiles`, finetuning/kernels/dense_amx.h).
+where the CPU has neither AMX-INT8 nor AVX-512 VNNI (there they are our own op instead, each
+row of the activation its own scale: `packed_dense.int8_kernel`, finetuning/kernels/
+dense_int8.h), or our kernels cannot be had.
 
 A dense layer `x @ W + b` (a `MatMul` on a constant weight, then a `BiasAdd` on a constant
 bias) becomes, per call:

@@ -1,5 +1,6 @@
 """A serving graph's dense layers as one op of ours each, their weights packed at load:
-float32 on our vector kernel, bfloat16 and int8 on AMX's tiles where the CPU has them.
+float32 on our vector kernel, bfloat16 on AMX's tiles, int8 on AMX's tiles or AVX-512 VNNI,
+where the CPU has them.
 
 A served request is a few hundred rows (the real tokens of its sequences), and at that size
 oneDNN's inner product (`_MklNativeFusedMatMul`, what the frozen graph's MatMul and BiasAdd
@@ -15,7 +16,9 @@ reads both operands as whole 1 KB tiles (the weight laid out so here, once; a ca
 the op), and adds the bias and GELU in float32 before its one rounding to bfloat16.
 `BertDenseInt8` does the same on AMX-INT8 for `--precision=int8` (float32 in and out, each
 row of the activation quantized on the fly to its own 0..255 scale, each weight column to
-its own int8 scale), in place of `int8_dense`'s oneDNN int8 matmul.
+its own int8 scale), in place of `int8_dense`'s oneDNN int8 matmul; on a CPU with AVX-512
+VNNI and no AMX (Zen 4 and 5), the same op on VNNI (`finetuning/kernels/dense_vnni.h`),
+reading the same layout.
 
 Matched on the frozen GraphDef at load, after `add_layer_norm`: each MatMul in the graph's
 precision on a constant weight inside the encoder read only by a BiasAdd on a constant bias
@@ -23,8 +26,9 @@ precision on a constant weight inside the encoder read only by a BiasAdd on a co
 whose width is a multiple of 32 (and depth, in bfloat16 of 32, in int8 of 64; other
 layers stay as they are); where the BiasAdd is read only by
 the exact GELU's ops (`modeling.activations.gelu`: 0.5·x·(1 + erf(x/√2))), those too. The
-op takes the last node's name, so its readers are untouched. bfloat16 and int8 only where
-AMX is (`amx_available`; elsewhere their products stay oneDNN's); not where a GPU would run
+op takes the last node's name, so its readers are untouched. bfloat16 only where AMX is
+(`amx_available`), int8 where AMX or VNNI is (`int8_kernel`); elsewhere their products
+stay oneDNN's. Not where a GPU would run
 the graph, without the kernel library (`custom_ops.library()` says why) or with
 `BERT_DENSE=0` (int8 then on `int8_dense`).
 """
@@ -77,9 +81,9 @@ def pack_kernel_tiles(weight):
 
 
 def pack_int8_tiles(codes):
-    """int8 [k, n] -> [n / PANEL, k, PANEL] laid out tile by tile for AMX-INT8
-    (finetuning/kernels/dense_amx.h): panel, depth block of 64, column half, depth quad,
-    column, the quad's four depths."""
+    """int8 [k, n] -> [n / PANEL, k, PANEL] laid out tile by tile for AMX-INT8, which VNNI's
+    kernel reads too (finetuning/kernels/dense_int8.h): panel, depth block of 64, column
+    half, depth quad, column, the quad's four depths."""
     depth, width = codes.shape
     tiles = np.asarray(codes, np.int8).reshape(depth // 64, 16, 4, width // PANEL, 2, 16)
     return np.ascontiguousarray(tiles.transpose(3, 0, 4, 1, 5, 2)).reshape(width // PANEL, depth,
@@ -114,10 +118,19 @@ def amx_available(kind="bf16"):
         return False
 
 
-def int8_on_tiles():
-    """Whether an int8 graph's dense layers are ours on AMX-INT8 (`BertDenseInt8`) here,
-    rather than oneDNN's int8 matmul (`int8_dense`)."""
-    return enabled() and amx_available("int8")  # (amx_available: our library is loaded)
+def int8_kernel():
+    """Which code of ours an int8 graph's dense layers (`BertDenseInt8`) run on here: "amx"
+    (AMX-INT8's tiles), "avx512_vnni" (a CPU with VNNI and no AMX: AMD Zen 4 and 5, Intel
+    Cascade Lake to Ice Lake), or None: oneDNN's int8 matmul (`int8_dense`) serves them
+    instead (no VNNI, oneDNN capped below it, no kernel library, or `BERT_DENSE=0`)."""
+    from modeling.core import cpu_has_avx512_vnni
+    if not enabled():
+        return None
+    if amx_available("int8"):  # (amx_available: our library is loaded)
+        return "amx"
+    if cpu_has_avx512_vnni() and custom_ops.library() is not None:
+        return "avx512_vnni"
+    return None
 
 
 def pack_dense_layers(graph_def, fetches, precision="fp32"):
@@ -126,10 +139,12 @@ def pack_dense_layers(graph_def, fetches, precision="fp32"):
     in float32 where oneDNN is the faster for many rows (`AVX512_MANY_ROWS`), a copy under
     PREFIX of everything the dense layers feed as it was, `fetches` (tensor names) mapped to
     the copy's. "bf16" (a bfloat16 graph) and "int8" (a float32 graph whose dense layers go
-    to `BertDenseInt8`) only where AMX is (`amx_available`).
+    to `BertDenseInt8`) only where AMX (bf16) or AMX or VNNI (int8: `int8_kernel`) is.
     (graph_def, 0, None) where the rewrite may not run or the kernel cannot be had."""
     on_tiles = precision in ("bf16", "int8")
-    if not enabled() or (on_tiles and not amx_available(precision)):
+    int8_isa = int8_kernel() if precision == "int8" else None
+    if not enabled() or (precision == "bf16" and not amx_available("bf16")) or \
+            (precision == "int8" and int8_isa is None):
         return graph_def, 0, None
     dtype = tf.bfloat16 if precision == "bf16" else tf.float32
     depth_unit = {"bf16": 32, "int8": 64}.get(precision, 1)
@@ -138,7 +153,7 @@ def pack_dense_layers(graph_def, fetches, precision="fp32"):
     if not layers or custom_ops.library() is None:
         return graph_def, 0, None
     isa = kernel_isa()
-    replaced, removed, constants = _rewrites(graph_def, layers, isa, precision)
+    replaced, removed, constants = _rewrites(graph_def, layers, int8_isa or isa, precision)
     variant = None
     if isa == "avx512" and not on_tiles:
         matmuls = {bias_add.input[0].split(":")[0] for bias_add, *_ in layers}
@@ -160,7 +175,8 @@ def _rewrites(graph_def, layers, isa, precision="fp32"):
     """({name: our op's NodeDef}, {names of the nodes it replaces}, [its constants]) for
     `layers` (`graph_nodes.dense_layers`' tuples): float32 `BertDense` on the packed weight;
     bf16 `BertDense` on the weight packed for AMX, the bias a float32 constant of the graph's
-    bfloat16 values; int8 `BertDenseInt8` on the weight's per-column codes."""
+    bfloat16 values; int8 `BertDenseInt8` on the weight's per-column codes, `isa` "amx" or
+    "avx512_vnni" (one layout serves both: finetuning/kernels/dense_int8.h)."""
     nodes = {node.name: node for node in graph_def.node}
     read_by = readers(graph_def)
     replaced, removed, constants = {}, set(), []
@@ -188,7 +204,7 @@ def _rewrites(graph_def, layers, isa, precision="fp32"):
                 node.input.append(bias_add.input[1])
             node.attr["T"].type = (tf.bfloat16 if precision == "bf16" else tf.float32
                                    ).as_datatype_enum
-            node.attr["isa"].s = isa.encode()
+        node.attr["isa"].s = isa.encode()
         node.attr["activation"].s = b"gelu" if gelu else b"linear"
         replaced[name] = node
         if gelu:

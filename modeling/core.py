@@ -161,6 +161,21 @@ def cpu_sums_int8_in_32_bits():
     return any(flag in flags for flag in _INT8_DOT_CPU_FLAGS)
 
 
+# oneDNN's instruction-set names from which it uses AVX-512 VNNI.
+_ONEDNN_AVX512_VNNI_ISAS = ("AVX512_CORE_VNNI",) + _ONEDNN_BF16_ISAS
+
+
+def cpu_has_avx512_vnni():
+    """Whether this CPU has AVX-512 VNNI (VPDPBUSD on 512-bit registers: Intel from Cascade
+    Lake, AMD from Zen 4) and oneDNN is not capped below it (`ONEDNN_MAX_CPU_ISA=AVX2` stands
+    in for a CPU without it, and our kernels keep below the same line)."""
+    cap = onednn_isa_cap()
+    if cap and cap not in _ONEDNN_AVX512_VNNI_ISAS:
+        return False
+    flags = _cpu_flags() or set()
+    return "avx512_vnni" in flags and "avx512bw" in flags
+
+
 def matmul(a, b, transpose_b=False):
     """`tf.matmul` in the inputs' dtype; bfloat16 with float32 accumulation where the
     hardware has no native bf16 GEMM (`emulate_bfloat16_matmul`). Output dtype = input's."""

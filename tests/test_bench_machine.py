@@ -38,6 +38,11 @@ def test_a_capped_run_says_so_in_the_cpu_it_names(uncapped):
         "MKL_ENABLE_INSTRUCTIONS, FBGEMM_ENABLE_INSTRUCTIONS))")
     machine.cap_instruction_set(None)  # no cap asked: nothing changes
     assert machine.instruction_set_cap() == "AVX2"
+    machine.cap_instruction_set("avx512_bf16")  # a Zen 4 or 5 stood in for by an AMX Xeon
+    assert machine.cpu_name(CPUINFO).endswith(
+        "capped at AVX512_CORE_BF16 (ONEDNN_MAX_CPU_ISA, DNNL_MAX_CPU_ISA, ATEN_CPU_CAPABILITY, "
+        "MKL_ENABLE_INSTRUCTIONS, FBGEMM_ENABLE_INSTRUCTIONS))")
+    assert os.environ["FBGEMM_ENABLE_INSTRUCTIONS"] == "AVX512_E1"
 
 
 def test_the_ceiling_under_an_avx2_cap_is_fp32_only_and_measured(uncapped):

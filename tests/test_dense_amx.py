@@ -1,11 +1,10 @@
-"""Our dense layers on AMX's tiles (finetuning/kernels/dense_amx.h, rewritten in by
+"""Our bfloat16 dense layers on AMX's tiles (finetuning/kernels/dense_amx.h, rewritten in by
 finetuning/packed_dense.py where the CPU has AMX): `BertDense` in bfloat16 is within one
 bfloat16 rounding of a float64 reference and no further from it than TensorFlow's bfloat16
-ops; `BertDenseInt8` computes what its quantization (each row of x its own 0..255 codes, each
-column of W its own int8 scale) says, and that quantization is nearer float than one scale a
-tensor; both layouts put each 1 KB tile where the kernel reads it; served bf16 and int8
-models run every encoder dense layer on them and answer as before; without AMX (the CPU, a
-oneDNN cap, a compiler that knows none) oneDNN's products stay."""
+ops; the layout puts each 1 KB tile where the kernel reads it; a served bf16 model runs every
+encoder dense layer on it and answers as before; without AMX (the CPU, a oneDNN cap, a
+compiler that knows none) oneDNN's products stay. The int8 op, on AMX or VNNI:
+tests/test_dense_int8.py."""
 import math
 import os
 import subprocess
@@ -16,14 +15,12 @@ import pytest
 import tensorflow as tf
 
 from finetuning import packed_dense
-from finetuning.inference import SavedModelRunner, run_in_batches
-from finetuning.packed_dense import (OP, OP_INT8, PANEL, amx_available, pack_int8_tiles,
-                                     pack_kernel_tiles, quantize_columns)
+from finetuning.inference import SavedModelRunner
+from finetuning.packed_dense import OP, PANEL, amx_available, pack_kernel_tiles
 from modeling import named_config
 from modeling.core import cpu_has_native_bfloat16
-from serving_models import (answers_of, assert_answers_as_before, assert_int8_answers,
-                            dense_reference, request_features, served_nodes,
-                            summation_order_tolerance, tensorflow_dense)
+from serving_models import (answers_of, assert_answers_as_before, dense_reference, served_nodes,
+                            tensorflow_dense)
 
 
 def _needs_amx(kind="bf16"):
@@ -139,104 +136,3 @@ def test_a_compiler_without_amx_builds_the_rest_and_the_rewrite_keeps_onednns(tm
     assert done.stdout.split() == ["False", "False", "2.0"]
     (library,) = [name for name in os.listdir(tmp_path / "ops") if name.endswith(".so")]
     assert os.path.exists(tmp_path / "ops" / (library + ".no_amx"))
-
-
-def _codes_as_the_kernel_makes_them(x):
-    """(codes, low, step) of each row of x, in float32 arithmetic as dense_amx.h's
-    quantize_rows_u8 (no fused multiply-add: the unit is built with -std=c++17)."""
-    low = x.min(axis=1, keepdims=True)
-    high = x.max(axis=1, keepdims=True)
-    step = np.where(high > low, (high - low) / np.float32(255), np.float32(1)).astype(np.float32)
-    inverse = (np.float32(1) / step).astype(np.float32)
-    scaled = ((x - low).astype(np.float32) * inverse).astype(np.float32) + np.float32(0.5)
-    return np.clip(np.floor(scaled), 0, 255), low, step
-
-
-@pytest.mark.parametrize("activation", ["linear", "gelu"])
-@pytest.mark.parametrize("rows, depth, width", [(1, 64, 32), (13, 384, 96), (170, 1536, 64),
-                                                (700, 384, 64)])
-def test_the_int8_op_on_amx_computes_its_quantized_product(kernels, activation, rows, depth,
-                                                            width):
-    """Against float64 of the same quantized operands: each row's codes of x - low (as the
-    kernel rounds them), each column's int8 weights; off-centre rows, so a lost low · sum of
-    the column's codes would show. Tails of rows, two chunks at 170 x 1,536 and 700 x 384."""
-    _needs_amx("int8")
-    rng = np.random.default_rng(rows)
-    x = (rng.standard_normal((rows, depth)) * 0.7 + 1.5).astype(np.float32)
-    weight = (rng.standard_normal((depth, width)) / math.sqrt(depth)).astype(np.float32)
-    bias = rng.standard_normal(width).astype(np.float32)
-    codes, scale, sums = quantize_columns(weight)
-    got = kernels.bert_dense_int8(x, pack_int8_tiles(codes), scale, sums, bias,
-                                  activation=activation).numpy()
-    x_codes, low, step = _codes_as_the_kernel_makes_them(x)
-    quantized = dense_reference(low.astype(np.float64) + x_codes * step,
-                           codes.astype(np.float64) * scale, bias, activation)
-    assert np.abs(got - quantized).max() <= summation_order_tolerance(quantized)
-    lost = np.abs(low).max() * np.abs(sums).max()
-    assert lost > 100 * summation_order_tolerance(quantized)
-
-
-def test_a_row_and_a_column_of_their_own_scale_beat_one_scale_a_tensor(kernels):
-    """Rows of x and columns of W at scales 100x apart (as a layer norm's output and a
-    trained weight have them): the op's answer is nearer the float answer than one 0..255
-    scale for all of x and one int8 scale for all of W (int8_dense's) would be, row by row
-    against the row's own size."""
-    _needs_amx("int8")
-    rng = np.random.default_rng(7)
-    x = (rng.standard_normal((64, 384)) * np.geomspace(0.1, 10, 64)[:, None]).astype(np.float32)
-    weight = (rng.standard_normal((384, 96)) * np.geomspace(0.01, 1, 96)).astype(np.float32)
-    bias = np.zeros(96, np.float32)
-    codes, scale, sums = quantize_columns(weight)
-    got = kernels.bert_dense_int8(x, pack_int8_tiles(codes), scale, sums, bias).numpy()
-    exact = x.astype(np.float64) @ weight
-    step = (x.max() - x.min()) / 255.0
-    one_scale_x = x.min() + np.round((x - x.min()) / step) * step
-    w_step = np.abs(weight).max() / 127.0
-    one_scale = one_scale_x @ (np.round(weight / w_step) * w_step)
-    def worst_row(answer):  # the largest error of a row against that row's own size
-        return (np.linalg.norm(answer - exact, axis=1) / np.linalg.norm(exact, axis=1)).max()
-
-    ours, theirs = worst_row(got), worst_row(one_scale)
-    assert ours < theirs / 4, (ours, theirs)
-
-
-def test_the_int8_layout_holds_a_tile_per_panel_depth_block_and_half():
-    """packed[p, kb, h, i, c, j] (as [n/32, k/64, 2, 16, 16, 4]) is Wq[64 kb + 4 i + j,
-    32 p + 16 h + c]."""
-    depth, width = 128, 64
-    codes = (np.arange(depth * width) % 251 - 125).astype(np.int8).reshape(depth, width)
-    packed = pack_int8_tiles(codes)
-    assert packed.shape == (width // PANEL, depth, PANEL) and packed.dtype == np.int8
-    tiles = packed.reshape(width // PANEL, depth // 64, 2, 16, 16, 4)
-    for p, kb, h, i, c, j in [(0, 0, 0, 0, 0, 3), (1, 1, 1, 15, 3, 0), (1, 0, 0, 7, 15, 2)]:
-        assert tiles[p, kb, h, i, c, j] == codes[64 * kb + 4 * i + j, 32 * p + 16 * h + c]
-
-
-def test_the_int8_op_refuses_a_depth_off_the_tiles(kernels):
-    _needs_amx("int8")
-    with pytest.raises(tf.errors.InvalidArgumentError, match="multiple of 64"):
-        kernels.bert_dense_int8(np.zeros((3, 96), np.float32), np.zeros((1, 96, PANEL), np.int8),
-                                *[np.zeros(PANEL, np.float32)] * 3)
-
-
-def test_a_served_int8_model_on_amx_runs_its_dense_layers_on_the_op(kernels, exported,
-                                                                     monkeypatch):
-    """On AMX-INT8: six `BertDenseInt8` a layer (one with the GELU), no oneDNN int8 matmul,
-    the pooler and head still float32; outputs near fp32's, and no further from them than
-    oneDNN's int8 layers (BERT_DENSE=0) are, give or take a hundredth of their scale."""
-    _needs_amx("int8")
-    task, path = exported
-    layers = named_config("tiny").num_hidden_layers
-    ours, fp32 = SavedModelRunner(path, "int8"), SavedModelRunner(path, "fp32")
-    nodes = served_nodes(ours)
-    dense = [node for node in nodes if node.op == OP_INT8]
-    assert len(dense) == 6 * layers
-    assert sum(node.attr["activation"].s == b"gelu" for node in dense) == layers
-    assert not [node for node in nodes if node.op.startswith("Quantized")]
-    monkeypatch.setenv("BERT_DENSE", "0")
-    onednn = SavedModelRunner(path, "int8")
-    assert [node for node in served_nodes(onednn) if node.op.startswith("Quantized")]
-    features = request_features(6, np.random.default_rng(4))
-    got, theirs, float32 = [run_in_batches(runner, features, task.extra_serving_inputs)
-                            for runner in (ours, onednn, fp32)]
-    assert_int8_answers(got, float32, theirs)

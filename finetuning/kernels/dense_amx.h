@@ -19,8 +19,8 @@
 //     1 KB A tiles (rows 0-15, 16-31) per (row block, depth block); rows past the last zero.
 // k and n are multiples of 32.
 //
-// Before including: vectors.h compiled for AVX-512 (the epilogue's vectors) and
-// activation.h, and the unit compiled with AMX-TILE, AMX-BF16, AMX-INT8 and AVX512-BF16.
+// Before including: vectors.h compiled for AVX-512 (the epilogue's vectors), activation.h and
+// dense_int8.h, and the unit compiled with AMX-TILE, AMX-BF16, AMX-INT8 and AVX512-BF16.
 #include <immintrin.h>
 #include <unistd.h>
 #include <sys/syscall.h>
@@ -136,51 +136,8 @@ extern "C" void dense_bf16_amx(const uint16_t* x_packed, const uint16_t* packed,
   _tile_release();
 }
 
-// int8 on AMX-INT8 (TDPBUSD: unsigned 8-bit x signed 8-bit, 32-bit sums), float32 in and out:
-// y = activation(x · W + bias) with each row of x quantized on the fly, asymmetric, to
-// codes 0..255 (x ≈ low[r] + step[r] · code), and W quantized once per column, symmetric
-// (W[:, c] ≈ scale[c] · Wq[:, c], Wq in -127..127):
-//   x · W ≈ step[r] · scale[c] · (codes · Wq)[r, c] + low[r] · weight_sums[c]
-// with weight_sums[c] = scale[c] · sum_k Wq[k, c] (finetuning/packed_dense.py makes it).
-// Layouts: W [n / 32][k / 64][2][16][16][4]: panel, depth block of 64, column half, depth
-// quad i, column, the quad's four depths 4i .. 4i + 3 (one 1 KB B tile per (p, kb, h)); x's
-// codes [ceil(rows / 32)][k / 64][32][64] (two 1 KB A tiles per (row block, depth block)).
-// k a multiple of 64, n of 32.
-
-// Row blocks [first_block, end_block) of x [rows, k] (float32) into codes, packed as above,
-// with each row's low and step.
-extern "C" void quantize_rows_u8(const float* x, uint8_t* packed, float* low, float* step,
-                                 int64_t rows, int64_t k, int64_t first_block,
-                                 int64_t end_block) {
-  for (int64_t block = first_block; block < end_block; ++block)
-    for (int r = 0; r < kAmxBlock; ++r) {
-      const int64_t row = block * kAmxBlock + r;
-      uint8_t* codes = packed + block * k * kAmxBlock + r * 64;  // depth block 0's row
-      if (row >= rows) {
-        for (int64_t kb = 0; kb < k / 64; ++kb) std::memset(codes + kb * kAmxBlock * 64, 0, 64);
-        continue;
-      }
-      const float* values = x + row * k;
-      vf lowest = load(values), highest = lowest;
-      for (int64_t i = kLanes; i < k; i += kLanes) {
-        const vf v = load(values + i);
-        lowest = v < lowest ? v : lowest;
-        highest = v > highest ? v : highest;
-      }
-      const float lo = -lane_max(-lowest), hi = lane_max(highest);
-      const float unit = hi > lo ? (hi - lo) / 255.0f : 1.0f;
-      low[row] = lo;
-      step[row] = unit;
-      const vf inverse = splat(1.0f / unit), offset = splat(lo);
-      for (int64_t kb = 0; kb < k / 64; ++kb)
-        for (int i = 0; i < 64; i += kLanes) {
-          const vf scaled = (load(values + kb * 64 + i) - offset) * inverse + 0.5f;
-          const __m512i whole = _mm512_cvttps_epi32(_mm512_max_ps((__m512)scaled, _mm512_setzero_ps()));
-          _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + kb * kAmxBlock * 64 + i),
-                           _mm512_cvtusepi32_epi8(whole));
-        }
-    }
-}
+// int8 on AMX-INT8 (TDPBUSD: unsigned 8-bit x signed 8-bit, 32-bit sums): the scheme and both
+// operands' layouts are dense_int8.h's; x's codes come from quantize_rows_u8 (dense_vnni.h).
 
 // Panels [first_panel, end_panel) of y [rows, n] (float32) from x's codes (quantize_rows_u8).
 extern "C" void dense_int8_amx(const uint8_t* x_packed, const float* low, const float* step,
@@ -197,20 +154,14 @@ extern "C" void dense_int8_amx(const uint8_t* x_packed, const float* low, const 
     const int64_t last = std::min(blocks, first + chunk);
     for (int64_t p = first_panel; p < end_panel; ++p) {
       const int8_t* panel = packed + p * k * 32;
-      const vf s0 = load(scale + p * 32), s1 = load(scale + p * 32 + 16);
-      const vf w0 = load(weight_sums + p * 32), w1 = load(weight_sums + p * 32 + 16);
-      const vf b0 = load(bias + p * 32), b1 = load(bias + p * 32 + 16);
+      const Int8Columns columns(scale, weight_sums, bias, p);
       for (int64_t block = first; block < last; ++block) {
         amx_block<true>(x_packed + block * block_bytes, panel, sums, k / 64);
         const int64_t valid = std::min<int64_t>(kAmxBlock, rows - block * kAmxBlock);
         for (int64_t r = 0; r < valid; ++r) {
           const int64_t row = block * kAmxBlock + r;
-          const vf unit = splat(step[row]), offset = splat(low[row]);
-          const vf i0 = (vf)_mm512_cvtepi32_ps(_mm512_load_si512(sums + r * 32));
-          const vf i1 = (vf)_mm512_cvtepi32_ps(_mm512_load_si512(sums + r * 32 + 16));
-          float* out = y + row * n + p * 32;
-          store(out, activate(i0 * unit * s0 + offset * w0 + b0, activation));
-          store(out + 16, activate(i1 * unit * s1 + offset * w1 + b1, activation));
+          columns.store_row(_mm512_load_si512(sums + r * 32), _mm512_load_si512(sums + r * 32 + 16),
+                            step[row], low[row], y + row * n + p * 32, activation);
         }
       }
     }

@@ -7,8 +7,6 @@ extern "C" int amx_request_tiles() { return 0; }
 extern "C" void pack_rows_bf16(const uint16_t*, uint16_t*, int64_t, int64_t, int64_t, int64_t) {}
 extern "C" void dense_bf16_amx(const uint16_t*, const uint16_t*, const float*, uint16_t*,
                                int64_t, int64_t, int64_t, int, int64_t, int64_t) {}
-extern "C" void quantize_rows_u8(const float*, uint8_t*, float*, float*, int64_t, int64_t, int64_t,
-                                 int64_t) {}
 extern "C" void dense_int8_amx(const uint8_t*, const float*, const float*, const int8_t*,
                                const float*, const float*, const float*, float*, int64_t, int64_t,
                                int64_t, int, int64_t, int64_t) {}

@@ -54,6 +54,9 @@ void quantize_rows_u8(const float*, uint8_t*, float*, float*, int64_t, int64_t, 
 void dense_int8_amx(const uint8_t*, const float*, const float*, const int8_t*, const float*,
                     const float*, const float*, float*, int64_t, int64_t, int64_t, int, int64_t,
                     int64_t);
+void dense_int8_vnni(const uint8_t*, const float*, const float*, const int8_t*, const float*,
+                     const float*, const float*, float*, int64_t, int64_t, int64_t, int, int64_t,
+                     int64_t);
 void add_layer_norm_avx512(const void*, const float*, const float*, const float*, float, float*,
                            uint16_t*, int, int, int64_t, int64_t);
 void add_layer_norm_avx2(const void*, const float*, const float*, const float*, float, float*,
@@ -129,6 +132,7 @@ REGISTER_OP("BertDenseInt8")
     .Input("bias: float")
     .Output("y: float")
     .Attr("activation: {'linear', 'gelu'} = 'linear'")
+    .Attr("isa: {'amx', 'avx512_vnni'} = 'amx'")
     .SetShapeFn(DenseShape);
 
 // The widest instruction set at or below `isa` that this CPU runs.
@@ -396,17 +400,28 @@ REGISTER_KERNEL_BUILDER(Name("BertDense").Device(DEVICE_CPU).TypeConstraint<floa
 REGISTER_KERNEL_BUILDER(Name("BertDense").Device(DEVICE_CPU).TypeConstraint<bfloat16>("T"),
                         DenseOp<bfloat16>);
 
-// BertDenseInt8: y = activation(x · W + bias), float32 in and out, on AMX-INT8: each row of x
-// quantized on the fly to 0..255 (its own low and step), W given as int8 codes packed tile by
-// tile ([n / 32, k, 32]: dense_amx.h) with each column's scale and scale · sum of its codes.
+// BertDenseInt8: y = activation(x · W + bias), float32 in and out, on AMX-INT8 or AVX-512 VNNI
+// (`isa`): each row of x quantized on the fly to 0..255 (its own low and step), W given as int8
+// codes packed tile by tile ([n / 32, k, 32]: dense_int8.h) with each column's scale and
+// scale · sum of its codes. The op refuses to be built where the CPU (or process) lacks `isa`.
 class DenseInt8Op : public OpKernel {
  public:
   static constexpr int64_t kPanel = 32, kDepthBlock = 64;
   explicit DenseInt8Op(OpKernelConstruction* context) : OpKernel(context) {
-    std::string activation;
+    std::string activation, isa;
     OP_REQUIRES_OK(context, context->GetAttr("activation", &activation));
+    OP_REQUIRES_OK(context, context->GetAttr("isa", &isa));
     gelu_ = activation == "gelu";
-    OP_REQUIRES_OK(context, AmxTiles("BertDenseInt8"));
+    amx_ = isa == "amx";
+    if (amx_) {
+      OP_REQUIRES_OK(context, AmxTiles("BertDenseInt8"));
+    } else {
+      __builtin_cpu_init();
+      OP_REQUIRES(context, __builtin_cpu_supports("avx512vnni") &&
+                               __builtin_cpu_supports("avx512bw"),
+                  errors::Unavailable("BertDenseInt8 with isa=avx512_vnni needs a CPU with "
+                                      "AVX-512 VNNI, and this one has none"));
+    }
   }
 
   void Compute(OpKernelContext* context) override {
@@ -442,15 +457,17 @@ class DenseInt8Op : public OpKernel {
     const float* b = context->input(4).flat<float>().data();
     float* out = y->flat<float>().data();
     const int activation = gelu_ ? 1 : 0;
-    Shard(threads->num_threads, threads->workers, panels, rows * depth * kPanel / 8,
-          [=](int64_t begin, int64_t end) {
-            dense_int8_amx(packed_codes, low, step, weights, scale, sums, b, out, rows, depth,
-                           columns, activation, begin, end);
-          });
+    const auto dense = amx_ ? dense_int8_amx : dense_int8_vnni;
+    // a panel's cost, in float32 multiply-adds: tiles multiply several times faster
+    const int64_t cost = rows * depth * kPanel / (amx_ ? 8 : 2);
+    Shard(threads->num_threads, threads->workers, panels, cost, [=](int64_t begin, int64_t end) {
+      dense(packed_codes, low, step, weights, scale, sums, b, out, rows, depth, columns,
+            activation, begin, end);
+    });
   }
 
  private:
-  bool gelu_;
+  bool gelu_, amx_;
 };
 
 REGISTER_KERNEL_BUILDER(Name("BertDenseInt8").Device(DEVICE_CPU), DenseInt8Op);

@@ -1,0 +1,117 @@
+// int8 dense layers on AVX-512 VNNI (VPDPBUSD: 16 lanes, each the 32-bit sum of four unsigned
+// 8-bit x signed 8-bit products): the scheme and layouts of dense_int8.h, for CPUs with VNNI
+// and no AMX (AMD Zen 4 and 5, Intel Cascade Lake to Ice Lake), where oneDNN's int8 matmul,
+// as TensorFlow 2.15 calls it, reorders the weight on every call and scales a whole tensor
+// at once (finetuning/int8_dense.py).
+//
+// A block of up to 8 rows x one panel (32 columns, two registers) keeps its 16 sums in
+// registers over the whole depth: per depth quad, two loads of W and a 4-byte broadcast of
+// each row's codes feed 16 VPDPBUSD. Rows in chunks that stay in L2 while the panels pass,
+// as dense_amx.h.
+//
+// Before including: vectors.h compiled for AVX-512, activation.h and dense_int8.h; the unit
+// compiled with AVX512-VNNI.
+
+namespace {
+
+constexpr int kVnniRows = 8;  // rows a block keeps in registers (16 of the 32)
+constexpr int64_t kInt8ChunkBytes = 512 * 1024;  // codes of the rows one pass covers
+
+// `R` rows of codes (from `codes`: a row block's row, at depth block 0) against one panel,
+// the outputs stored from `y` (row stride n).
+template <int R>
+static void vnni_rows(const uint8_t* codes, const int8_t* panel, int64_t depth_blocks,
+                      const Int8Columns& columns, const float* low, const float* step,
+                      float* y, int64_t n, int activation) {
+  __m512i sums[R][2];
+  for (int r = 0; r < R; ++r) sums[r][0] = sums[r][1] = _mm512_setzero_si512();
+  for (int64_t kb = 0; kb < depth_blocks; ++kb) {
+    const uint8_t* x = codes + kb * kInt8Block * 64;
+    const int8_t* w = panel + kb * kInt8Block * 64;
+    for (int quad = 0; quad < 16; ++quad) {
+      const __m512i w0 = _mm512_loadu_si512(w + quad * 64);
+      const __m512i w1 = _mm512_loadu_si512(w + 1024 + quad * 64);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        int32_t four;
+        std::memcpy(&four, x + r * 64 + quad * 4, 4);
+        const __m512i a = _mm512_set1_epi32(four);
+        sums[r][0] = _mm512_dpbusd_epi32(sums[r][0], a, w0);
+        sums[r][1] = _mm512_dpbusd_epi32(sums[r][1], a, w1);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    columns.store_row(sums[r][0], sums[r][1], step[r], low[r], y + r * n, activation);
+}
+
+typedef void (*VnniRowsFn)(const uint8_t*, const int8_t*, int64_t, const Int8Columns&,
+                           const float*, const float*, float*, int64_t, int);
+constexpr VnniRowsFn kVnniRowsFns[kVnniRows + 1] = {
+    nullptr, vnni_rows<1>, vnni_rows<2>, vnni_rows<3>, vnni_rows<4>,
+    vnni_rows<5>, vnni_rows<6>, vnni_rows<7>, vnni_rows<8>};
+
+}  // namespace
+
+// Row blocks [first_block, end_block) of x [rows, k] (float32) into codes, laid out as
+// dense_int8.h says, with each row's low and step.
+extern "C" void quantize_rows_u8(const float* x, uint8_t* packed, float* low, float* step,
+                                 int64_t rows, int64_t k, int64_t first_block,
+                                 int64_t end_block) {
+  for (int64_t block = first_block; block < end_block; ++block)
+    for (int r = 0; r < kInt8Block; ++r) {
+      const int64_t row = block * kInt8Block + r;
+      uint8_t* codes = packed + block * k * kInt8Block + r * 64;  // depth block 0's row
+      if (row >= rows) {
+        for (int64_t kb = 0; kb < k / 64; ++kb) std::memset(codes + kb * kInt8Block * 64, 0, 64);
+        continue;
+      }
+      const float* values = x + row * k;
+      vf lowest = load(values), highest = lowest;
+      for (int64_t i = kLanes; i < k; i += kLanes) {
+        const vf v = load(values + i);
+        lowest = v < lowest ? v : lowest;
+        highest = v > highest ? v : highest;
+      }
+      const float lo = -lane_max(-lowest), hi = lane_max(highest);
+      const float unit = hi > lo ? (hi - lo) / 255.0f : 1.0f;
+      low[row] = lo;
+      step[row] = unit;
+      const vf inverse = splat(1.0f / unit), offset = splat(lo);
+      for (int64_t kb = 0; kb < k / 64; ++kb)
+        for (int i = 0; i < 64; i += kLanes) {
+          const vf scaled = (load(values + kb * 64 + i) - offset) * inverse + 0.5f;
+          const __m512i whole =
+              _mm512_cvttps_epi32(_mm512_max_ps((__m512)scaled, _mm512_setzero_ps()));
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + kb * kInt8Block * 64 + i),
+                           _mm512_cvtusepi32_epi8(whole));
+        }
+    }
+}
+
+// Panels [first_panel, end_panel) of y [rows, n] (float32) from x's codes (quantize_rows_u8).
+extern "C" void dense_int8_vnni(const uint8_t* x_packed, const float* low, const float* step,
+                                const int8_t* packed, const float* scale,
+                                const float* weight_sums, const float* bias, float* y,
+                                int64_t rows, int64_t k, int64_t n, int activation,
+                                int64_t first_panel, int64_t end_panel) {
+  const int64_t blocks = (rows + kInt8Block - 1) / kInt8Block;
+  const int64_t block_bytes = k * kInt8Block;  // of packed codes
+  const int64_t chunk = std::max<int64_t>(1, kInt8ChunkBytes / block_bytes);
+  for (int64_t first = 0; first < blocks; first += chunk) {
+    const int64_t last = std::min(blocks, first + chunk);
+    for (int64_t p = first_panel; p < end_panel; ++p) {
+      const int8_t* panel = packed + p * k * kInt8Block;
+      const Int8Columns columns(scale, weight_sums, bias, p);
+      for (int64_t block = first; block < last; ++block) {
+        const int64_t valid = std::min<int64_t>(kInt8Block, rows - block * kInt8Block);
+        for (int64_t r = 0; r < valid; r += kVnniRows) {
+          const int64_t row = block * kInt8Block + r;
+          kVnniRowsFns[std::min<int64_t>(kVnniRows, valid - r)](
+              x_packed + block * block_bytes + r * 64, panel, k / 64, columns, low + row,
+              step + row, y + row * n + p * kInt8Block, n, activation);
+        }
+      }
+    }
+  }
+}
