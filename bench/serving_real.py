@@ -17,7 +17,7 @@ machine whose speed drifts by the second, both sides meet the same drift.
 
     python bench/serving_real.py [--work_dir DIR] [--batches 1,8,32] [--rounds 2]
         [--chunks 24] [--passes 1] [--configs classifier:model,classifier:text,squad:model]
-        [--json FILE] [--precision fp32|bf16|int8] [--max_isa avx2]
+        [--json FILE] [--precision fp32|bf16|int8] [--max_isa avx2|avx512_bf16]
 
 Prints per configuration: requests/s of each side (all timed calls of all rounds), their
 ratio, p50/p99 latency of a call in ms, the largest difference between the two sides'

@@ -44,7 +44,7 @@ _AMX_UNIT, _NO_AMX_UNIT = "kernels_amx.cc", "kernels_no_amx.cc"
 _NO_AMX_SUFFIX = ".no_amx"
 _OP_UNIT = "ops.cc"
 _HEADERS = ("vectors.h", "packed_attention.h", "layer_norm.h", "activation.h", "dense.h",
-            "dense_int8.h", "dense_amx.h", "dense_vnni.h")
+            "dense_int8.h", "dense_amx.h", "dense_vnni.h", "dense_int8_avx2.h")
 _COMMON_FLAGS = ["-O3", "-fPIC", "-std=c++17", "-Wno-psabi", "-fno-math-errno"]
 COMPILER = os.environ.get("CXX", "g++")
 BUILD_TIMEOUT_SECONDS = 600

@@ -79,8 +79,8 @@ def freeze(session, fetches, precision="fp32"):
     attention is our one op on the real rows (`packed_attention`), each residual add and
     layer norm another (`add_layer_norm`) and each dense layer with its GELU another
     (`packed_dense`: in float32, with AVX-512 a copy keeping oneDNN's for many rows; in
-    bfloat16 on AMX's tiles, in int8 on AMX's or VNNI, where the CPU has them), where our
-    kernels can be had (`custom_ops`).
+    bfloat16 on AMX's tiles, in int8 on AMX's, VNNI or AVX2, where the CPU has them), where
+    our kernels can be had (`custom_ops`).
     Without them, attention's scores are scaled and masked inside their product
     (`fused_attention_scores`), its transposes run on TensorFlow's own kernel
     (`eigen_transpose`: oneDNN's costs ~40 us a call however small), and a copy of the
@@ -92,7 +92,7 @@ def freeze(session, fetches, precision="fp32"):
     keep = sorted({name.split(":")[0] for name in fetches})
     frozen = tf1.graph_util.convert_variables_to_constants(session, graph.as_graph_def(), keep)
     session.close()
-    if precision == "int8" and not int8_kernel():  # else our op on AMX or VNNI, below
+    if precision == "int8" and not int8_kernel():  # else our op (AMX, VNNI or AVX2), below
         from finetuning.int8_dense import quantize_dense_layers
         frozen, _ = quantize_dense_layers(frozen, keep)
     elif precision == "bf16":
@@ -100,7 +100,7 @@ def freeze(session, fetches, precision="fp32"):
         frozen = bfloat16_graph(frozen, keep)
     frozen, _ = pack_attention(frozen)  # attention on the real rows, one op a layer
     frozen, ours = fuse_add_layer_norms(frozen)  # residual add and layer norm, one op each
-    # dense layers (and GELU) one op each; bf16 only on AMX, int8 on AMX or VNNI
+    # dense layers (and GELU) one op each; bf16 only on AMX, int8 on AMX, VNNI or AVX2
     frozen, dense, many_dense = pack_dense_layers(frozen, fetches, precision)
     frozen, _ = fuse_attention_scores(frozen)  # scale and mask inside the product
     frozen, _ = transpose_as_integers(frozen)  # Eigen's transposes, not oneDNN's

@@ -1,6 +1,6 @@
 """A serving graph's dense layers as one op of ours each, their weights packed at load:
-float32 on our vector kernel, bfloat16 on AMX's tiles, int8 on AMX's tiles or AVX-512 VNNI,
-where the CPU has them.
+float32 on our vector kernel, bfloat16 on AMX's tiles, int8 on AMX's tiles, AVX-512 VNNI or
+AVX2, where the CPU has them.
 
 A served request is a few hundred rows (the real tokens of its sequences), and at that size
 oneDNN's inner product (`_MklNativeFusedMatMul`, what the frozen graph's MatMul and BiasAdd
@@ -18,7 +18,8 @@ the op), and adds the bias and GELU in float32 before its one rounding to bfloat
 row of the activation quantized on the fly to its own 0..255 scale, each weight column to
 its own int8 scale), in place of `int8_dense`'s oneDNN int8 matmul; on a CPU with AVX-512
 VNNI and no AMX (Zen 4 and 5), the same op on VNNI (`finetuning/kernels/dense_vnni.h`),
-reading the same layout.
+and with AVX2 alone (Zen 2 and 3) on AVX2's byte products with codes 0..127
+(`dense_int8_avx2.h`), each reading the same layout.
 
 Matched on the frozen GraphDef at load, after `add_layer_norm`: each MatMul in the graph's
 precision on a constant weight inside the encoder read only by a BiasAdd on a constant bias
@@ -27,7 +28,7 @@ whose width is a multiple of 32 (and depth, in bfloat16 of 32, in int8 of 64; ot
 layers stay as they are); where the BiasAdd is read only by
 the exact GELU's ops (`modeling.activations.gelu`: 0.5·x·(1 + erf(x/√2))), those too. The
 op takes the last node's name, so its readers are untouched. bfloat16 only where AMX is
-(`amx_available`), int8 where AMX or VNNI is (`int8_kernel`); elsewhere their products
+(`amx_available`), int8 where AMX, VNNI or AVX2 is (`int8_kernel`); elsewhere their products
 stay oneDNN's. Not where a GPU would run
 the graph, without the kernel library (`custom_ops.library()` says why) or with
 `BERT_DENSE=0` (int8 then on `int8_dense`).
@@ -121,16 +122,19 @@ def amx_available(kind="bf16"):
 def int8_kernel():
     """Which code of ours an int8 graph's dense layers (`BertDenseInt8`) run on here: "amx"
     (AMX-INT8's tiles), "avx512_vnni" (a CPU with VNNI and no AMX: AMD Zen 4 and 5, Intel
-    Cascade Lake to Ice Lake), or None: oneDNN's int8 matmul (`int8_dense`) serves them
-    instead (no VNNI, oneDNN capped below it, no kernel library, or `BERT_DENSE=0`)."""
-    from modeling.core import cpu_has_avx512_vnni
+    Cascade Lake to Ice Lake), "avx2" (AVX2 without VNNI: activation codes 0..127), or None:
+    oneDNN's int8 matmul (`int8_dense`) serves them instead (an older CPU or oneDNN capped
+    below AVX2, no kernel library, or `BERT_DENSE=0`)."""
+    from modeling.core import cpu_has_avx2, cpu_has_avx512_vnni
     if not enabled():
         return None
     if amx_available("int8"):  # (amx_available: our library is loaded)
         return "amx"
-    if cpu_has_avx512_vnni() and custom_ops.library() is not None:
+    if custom_ops.library() is None:
+        return None
+    if cpu_has_avx512_vnni():
         return "avx512_vnni"
-    return None
+    return "avx2" if cpu_has_avx2() else None
 
 
 def pack_dense_layers(graph_def, fetches, precision="fp32"):
@@ -139,7 +143,7 @@ def pack_dense_layers(graph_def, fetches, precision="fp32"):
     in float32 where oneDNN is the faster for many rows (`AVX512_MANY_ROWS`), a copy under
     PREFIX of everything the dense layers feed as it was, `fetches` (tensor names) mapped to
     the copy's. "bf16" (a bfloat16 graph) and "int8" (a float32 graph whose dense layers go
-    to `BertDenseInt8`) only where AMX (bf16) or AMX or VNNI (int8: `int8_kernel`) is.
+    to `BertDenseInt8`) only where AMX (bf16) or AMX, VNNI or AVX2 (int8: `int8_kernel`) is.
     (graph_def, 0, None) where the rewrite may not run or the kernel cannot be had."""
     on_tiles = precision in ("bf16", "int8")
     int8_isa = int8_kernel() if precision == "int8" else None

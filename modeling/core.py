@@ -161,8 +161,9 @@ def cpu_sums_int8_in_32_bits():
     return any(flag in flags for flag in _INT8_DOT_CPU_FLAGS)
 
 
-# oneDNN's instruction-set names from which it uses AVX-512 VNNI.
+# oneDNN's instruction-set names from which it uses AVX-512 VNNI, and AVX-512 at all.
 _ONEDNN_AVX512_VNNI_ISAS = ("AVX512_CORE_VNNI",) + _ONEDNN_BF16_ISAS
+_ONEDNN_AVX512_ISAS = ("AVX512_CORE",) + _ONEDNN_AVX512_VNNI_ISAS
 
 
 def cpu_has_avx512_vnni():
@@ -174,6 +175,16 @@ def cpu_has_avx512_vnni():
         return False
     flags = _cpu_flags() or set()
     return "avx512_vnni" in flags and "avx512bw" in flags
+
+
+def cpu_has_avx2():
+    """Whether this CPU has AVX2 and FMA and oneDNN is not capped below AVX2 (a cap at SSE4.1
+    stands in for an older CPU; our kernels keep below the same line)."""
+    cap = onednn_isa_cap()
+    if cap and cap not in ("AVX2", "AVX2_VNNI", "AVX2_VNNI_2") + _ONEDNN_AVX512_ISAS:
+        return False
+    flags = _cpu_flags() or set()
+    return "avx2" in flags and "fma" in flags
 
 
 def matmul(a, b, transpose_b=False):

@@ -1,8 +1,9 @@
 """Our int8 dense layer, `BertDenseInt8` (finetuning/kernels/dense_int8.h), on AMX-INT8's
-tiles (dense_amx.h) and on AVX-512 VNNI (dense_vnni.h, for CPUs with VNNI and no AMX: Zen 4
-and 5), each where this CPU has it: it computes what its quantization (each row of x its own
-0..255 codes, each column of W its own int8 scale) says, and that quantization is nearer
-float than one scale a tensor; the layout both read puts each value where they read it;
+tiles (dense_amx.h), on AVX-512 VNNI (dense_vnni.h, for CPUs with VNNI and no AMX: Zen 4
+and 5) and on AVX2 (dense_int8_avx2.h: Zen 2 and 3), each where this CPU has it: it computes
+what its quantization (each row of x its own 0..255 codes, 0..127 on AVX2, each column of W
+its own int8 scale) says, and that quantization is nearer float than one scale a tensor; the
+layout all three read puts each value where they read it;
 served int8 models run every encoder dense layer on it and answer near float32, no further
 than oneDNN's int8 does; oneDNN's cap chooses which code, or oneDNN's own int8."""
 import math
@@ -16,11 +17,13 @@ from finetuning.inference import SavedModelRunner, run_in_batches
 from finetuning.packed_dense import (OP_INT8, PANEL, amx_available, int8_kernel, pack_int8_tiles,
                                      quantize_columns)
 from modeling import named_config
-from modeling.core import cpu_has_avx512_vnni
+from modeling import core
+from modeling.core import cpu_has_avx2, cpu_has_avx512_vnni
 from serving_models import (assert_int8_answers, dense_reference, request_features,
                             served_nodes, summation_order_tolerance)
 
-ISAS = ["amx", "avx512_vnni"]
+ISAS = ["amx", "avx512_vnni", "avx2"]
+LEVELS = {"amx": 255, "avx512_vnni": 255, "avx2": 127}  # the activation codes' top
 
 
 def _needs(isa):
@@ -31,17 +34,21 @@ def _needs(isa):
     if isa == "avx512_vnni" and not cpu_has_avx512_vnni():
         pytest.skip("no AVX-512 VNNI on this CPU (or oneDNN is capped below it): the op's "
                     "VNNI code is not used here")
+    if isa == "avx2" and not cpu_has_avx2():
+        pytest.skip("no AVX2 on this CPU (or oneDNN is capped below it): the op's AVX2 code "
+                    "is not used here")
 
 
-def _codes_as_the_kernel_makes_them(x):
-    """(codes, low, step) of each row of x, in float32 arithmetic as dense_vnni.h's
-    quantize_rows_u8 (no fused multiply-add: the unit is built with -std=c++17)."""
+def _codes_as_the_kernel_makes_them(x, levels):
+    """(codes, low, step) of each row of x, in float32 arithmetic as dense_int8.h's
+    quantize_rows (no fused multiply-add: the units are built with -std=c++17)."""
     low = x.min(axis=1, keepdims=True)
     high = x.max(axis=1, keepdims=True)
-    step = np.where(high > low, (high - low) / np.float32(255), np.float32(1)).astype(np.float32)
+    step = np.where(high > low, (high - low) / np.float32(levels),
+                    np.float32(1)).astype(np.float32)
     inverse = (np.float32(1) / step).astype(np.float32)
     scaled = ((x - low).astype(np.float32) * inverse).astype(np.float32) + np.float32(0.5)
-    return np.clip(np.floor(scaled), 0, 255), low, step
+    return np.clip(np.floor(scaled), 0, levels), low, step
 
 
 @pytest.mark.parametrize("isa", ISAS)
@@ -52,16 +59,19 @@ def test_the_int8_op_computes_its_quantized_product(kernels, isa, activation, ro
     """Against float64 of the same quantized operands: each row's codes of x - low (as the
     kernel rounds them), each column's int8 weights; off-centre rows, so a lost low · sum of
     the column's codes would show. Tails of rows (VNNI's 8-row blocks: 1, 13, 170 = 21 x 8
-    + 2), two chunks at 170 x 1,536 and 700 x 384."""
+    + 2; AVX2's 2-row ones: 1, 13), two chunks at 170 x 1,536 and 700 x 384. On AVX2 the
+    codes reach 127 at most, so that no pair of products (summed in 16 bits) saturates: rows
+    whose codes reach their top meet weights of one sign at the top of theirs."""
     _needs(isa)
     rng = np.random.default_rng(rows)
     x = (rng.standard_normal((rows, depth)) * 0.7 + 1.5).astype(np.float32)
     weight = (rng.standard_normal((depth, width)) / math.sqrt(depth)).astype(np.float32)
     bias = rng.standard_normal(width).astype(np.float32)
+    weight[:, 0] = np.abs(weight[:, 0])  # a column of one sign: saturated pairs would show
     codes, scale, sums = quantize_columns(weight)
     got = kernels.bert_dense_int8(x, pack_int8_tiles(codes), scale, sums, bias,
                                   activation=activation, isa=isa).numpy()
-    x_codes, low, step = _codes_as_the_kernel_makes_them(x)
+    x_codes, low, step = _codes_as_the_kernel_makes_them(x, LEVELS[isa])
     quantized = dense_reference(low.astype(np.float64) + x_codes * step,
                                 codes.astype(np.float64) * scale, bias, activation)
     assert np.abs(got - quantized).max() <= summation_order_tolerance(quantized)
@@ -70,7 +80,8 @@ def test_the_int8_op_computes_its_quantized_product(kernels, isa, activation, ro
 
 
 def test_amx_and_vnni_give_the_same_answer(kernels):
-    """Both sum the same integer products exactly and share the epilogue: bit for bit."""
+    """Both sum the same integer products exactly and share the epilogue: bit for bit (AVX2's
+    codes are coarser: the test above holds it to its own)."""
     _needs("amx")
     _needs("avx512_vnni")
     rng = np.random.default_rng(3)
@@ -78,7 +89,8 @@ def test_amx_and_vnni_give_the_same_answer(kernels):
     codes, scale, sums = quantize_columns(rng.standard_normal((768, 96)).astype(np.float32))
     bias = rng.standard_normal(96).astype(np.float32)
     amx, vnni = [kernels.bert_dense_int8(x, pack_int8_tiles(codes), scale, sums, bias,
-                                         activation="gelu", isa=isa).numpy() for isa in ISAS]
+                                         activation="gelu", isa=isa).numpy()
+                  for isa in ("amx", "avx512_vnni")]
     np.testing.assert_array_equal(amx, vnni)
 
 
@@ -130,10 +142,12 @@ def test_the_int8_op_refuses_a_depth_off_the_tiles(kernels, isa):
 
 @pytest.mark.parametrize("cap, expected", [("", None), ("AVX512_CORE_BF16", "avx512_vnni"),
                                            ("AVX512_CORE_VNNI", "avx512_vnni"),
-                                           ("AVX512_CORE", None), ("AVX2", None)])
+                                           ("AVX512_CORE", "avx2"), ("AVX2", "avx2"),
+                                           ("SSE41", None)])
 def test_onednns_cap_chooses_the_int8_code(kernels, monkeypatch, cap, expected):
     """ONEDNN_MAX_CPU_ISA stands in for other CPUs: below AMX (a Zen 4 or 5) VNNI's code,
-    below VNNI (Skylake, an AVX2 CPU) oneDNN's int8; uncapped, the best this CPU has."""
+    below VNNI (Skylake, a Zen 3) AVX2's, below AVX2 oneDNN's int8; uncapped, the best this
+    CPU has."""
     _needs("avx512_vnni")
     if cap:
         monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
@@ -147,13 +161,15 @@ def test_onednns_cap_chooses_the_int8_code(kernels, monkeypatch, cap, expected):
 
 @pytest.mark.parametrize("isa", ISAS)
 def test_a_served_int8_model_runs_its_dense_layers_on_the_op(kernels, exported, monkeypatch, isa):
-    """On AMX-INT8, and on VNNI (AMX set aside, as on a Zen): six `BertDenseInt8` a layer (one
-    with the GELU) on that code, no oneDNN int8 matmul, the pooler and head still float32;
-    outputs near fp32's, and no further from them than oneDNN's int8 layers (BERT_DENSE=0)
-    are, give or take a hundredth of their scale."""
+    """On AMX-INT8, on VNNI (AMX set aside, as on a Zen 4) and on AVX2 (VNNI too, as on a
+    Zen 3): six `BertDenseInt8` a layer (one with the GELU) on that code, no oneDNN int8
+    matmul, the pooler and head still float32; outputs near fp32's, and no further from them
+    than oneDNN's int8 layers (BERT_DENSE=0) are, give or take a hundredth of their scale."""
     _needs(isa)
     if isa != "amx":
         monkeypatch.setattr(packed_dense, "amx_available", lambda *_: False)
+    if isa == "avx2":
+        monkeypatch.setattr(core, "cpu_has_avx512_vnni", lambda: False)
     task, path = exported
     layers = named_config("tiny").num_hidden_layers
     ours, fp32 = SavedModelRunner(path, "int8"), SavedModelRunner(path, "fp32")

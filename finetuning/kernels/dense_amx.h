@@ -160,8 +160,8 @@ extern "C" void dense_int8_amx(const uint8_t* x_packed, const float* low, const 
         const int64_t valid = std::min<int64_t>(kAmxBlock, rows - block * kAmxBlock);
         for (int64_t r = 0; r < valid; ++r) {
           const int64_t row = block * kAmxBlock + r;
-          columns.store_row(_mm512_load_si512(sums + r * 32), _mm512_load_si512(sums + r * 32 + 16),
-                            step[row], low[row], y + row * n + p * 32, activation);
+          columns.store_row(sums + r * 32, step[row], low[row], y + row * n + p * 32,
+                            activation);
         }
       }
     }

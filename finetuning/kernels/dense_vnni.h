@@ -11,6 +11,7 @@
 //
 // Before including: vectors.h compiled for AVX-512, activation.h and dense_int8.h; the unit
 // compiled with AVX512-VNNI.
+#include <immintrin.h>
 
 namespace {
 
@@ -41,8 +42,12 @@ static void vnni_rows(const uint8_t* codes, const int8_t* panel, int64_t depth_b
       }
     }
   }
-  for (int r = 0; r < R; ++r)
-    columns.store_row(sums[r][0], sums[r][1], step[r], low[r], y + r * n, activation);
+  for (int r = 0; r < R; ++r) {
+    alignas(64) int32_t row_sums[kInt8Block];
+    _mm512_store_si512(row_sums, sums[r][0]);
+    _mm512_store_si512(row_sums + 16, sums[r][1]);
+    columns.store_row(row_sums, step[r], low[r], y + r * n, activation);
+  }
 }
 
 typedef void (*VnniRowsFn)(const uint8_t*, const int8_t*, int64_t, const Int8Columns&,
@@ -53,40 +58,12 @@ constexpr VnniRowsFn kVnniRowsFns[kVnniRows + 1] = {
 
 }  // namespace
 
-// Row blocks [first_block, end_block) of x [rows, k] (float32) into codes, laid out as
-// dense_int8.h says, with each row's low and step.
+// Row blocks [first_block, end_block) of x [rows, k] (float32) into codes 0..levels, laid out
+// as dense_int8.h says, with each row's low and step (AMX's op and this one: 255).
 extern "C" void quantize_rows_u8(const float* x, uint8_t* packed, float* low, float* step,
                                  int64_t rows, int64_t k, int64_t first_block,
-                                 int64_t end_block) {
-  for (int64_t block = first_block; block < end_block; ++block)
-    for (int r = 0; r < kInt8Block; ++r) {
-      const int64_t row = block * kInt8Block + r;
-      uint8_t* codes = packed + block * k * kInt8Block + r * 64;  // depth block 0's row
-      if (row >= rows) {
-        for (int64_t kb = 0; kb < k / 64; ++kb) std::memset(codes + kb * kInt8Block * 64, 0, 64);
-        continue;
-      }
-      const float* values = x + row * k;
-      vf lowest = load(values), highest = lowest;
-      for (int64_t i = kLanes; i < k; i += kLanes) {
-        const vf v = load(values + i);
-        lowest = v < lowest ? v : lowest;
-        highest = v > highest ? v : highest;
-      }
-      const float lo = -lane_max(-lowest), hi = lane_max(highest);
-      const float unit = hi > lo ? (hi - lo) / 255.0f : 1.0f;
-      low[row] = lo;
-      step[row] = unit;
-      const vf inverse = splat(1.0f / unit), offset = splat(lo);
-      for (int64_t kb = 0; kb < k / 64; ++kb)
-        for (int i = 0; i < 64; i += kLanes) {
-          const vf scaled = (load(values + kb * 64 + i) - offset) * inverse + 0.5f;
-          const __m512i whole =
-              _mm512_cvttps_epi32(_mm512_max_ps((__m512)scaled, _mm512_setzero_ps()));
-          _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + kb * kInt8Block * 64 + i),
-                           _mm512_cvtusepi32_epi8(whole));
-        }
-    }
+                                 int64_t end_block, int levels) {
+  quantize_rows(x, packed, low, step, rows, k, first_block, end_block, levels);
 }
 
 // Panels [first_panel, end_panel) of y [rows, n] (float32) from x's codes (quantize_rows_u8).

@@ -9,3 +9,7 @@
 
 #define DENSE_NAME dense_avx2
 #include "dense.h"
+
+#include "activation.h"
+#include "dense_int8.h"
+#include "dense_int8_avx2.h"

@@ -50,11 +50,17 @@ int amx_request_tiles();
 void pack_rows_bf16(const uint16_t*, uint16_t*, int64_t, int64_t, int64_t, int64_t);
 void dense_bf16_amx(const uint16_t*, const uint16_t*, const float*, uint16_t*, int64_t, int64_t,
                     int64_t, int, int64_t, int64_t);
-void quantize_rows_u8(const float*, uint8_t*, float*, float*, int64_t, int64_t, int64_t, int64_t);
+void quantize_rows_u8(const float*, uint8_t*, float*, float*, int64_t, int64_t, int64_t, int64_t,
+                      int);
+void quantize_rows_u8_avx2(const float*, uint8_t*, float*, float*, int64_t, int64_t, int64_t,
+                           int64_t, int);
 void dense_int8_amx(const uint8_t*, const float*, const float*, const int8_t*, const float*,
                     const float*, const float*, float*, int64_t, int64_t, int64_t, int, int64_t,
                     int64_t);
 void dense_int8_vnni(const uint8_t*, const float*, const float*, const int8_t*, const float*,
+                     const float*, const float*, float*, int64_t, int64_t, int64_t, int, int64_t,
+                     int64_t);
+void dense_int8_avx2(const uint8_t*, const float*, const float*, const int8_t*, const float*,
                      const float*, const float*, float*, int64_t, int64_t, int64_t, int, int64_t,
                      int64_t);
 void add_layer_norm_avx512(const void*, const float*, const float*, const float*, float, float*,
@@ -132,7 +138,7 @@ REGISTER_OP("BertDenseInt8")
     .Input("bias: float")
     .Output("y: float")
     .Attr("activation: {'linear', 'gelu'} = 'linear'")
-    .Attr("isa: {'amx', 'avx512_vnni'} = 'amx'")
+    .Attr("isa: {'amx', 'avx512_vnni', 'avx2'} = 'amx'")
     .SetShapeFn(DenseShape);
 
 // The widest instruction set at or below `isa` that this CPU runs.
@@ -400,10 +406,11 @@ REGISTER_KERNEL_BUILDER(Name("BertDense").Device(DEVICE_CPU).TypeConstraint<floa
 REGISTER_KERNEL_BUILDER(Name("BertDense").Device(DEVICE_CPU).TypeConstraint<bfloat16>("T"),
                         DenseOp<bfloat16>);
 
-// BertDenseInt8: y = activation(x · W + bias), float32 in and out, on AMX-INT8 or AVX-512 VNNI
-// (`isa`): each row of x quantized on the fly to 0..255 (its own low and step), W given as int8
-// codes packed tile by tile ([n / 32, k, 32]: dense_int8.h) with each column's scale and
-// scale · sum of its codes. The op refuses to be built where the CPU (or process) lacks `isa`.
+// BertDenseInt8: y = activation(x · W + bias), float32 in and out, on AMX-INT8, AVX-512 VNNI or
+// AVX2 (`isa`): each row of x quantized on the fly to 0..255 (AVX2: 0..127) with its own low
+// and step, W given as int8 codes packed tile by tile ([n / 32, k, 32]: dense_int8.h) with
+// each column's scale and scale · sum of its codes. The op refuses to be built where the CPU
+// (or process) lacks `isa`.
 class DenseInt8Op : public OpKernel {
  public:
   static constexpr int64_t kPanel = 32, kDepthBlock = 64;
@@ -413,14 +420,25 @@ class DenseInt8Op : public OpKernel {
     OP_REQUIRES_OK(context, context->GetAttr("isa", &isa));
     gelu_ = activation == "gelu";
     amx_ = isa == "amx";
+    __builtin_cpu_init();
     if (amx_) {
       OP_REQUIRES_OK(context, AmxTiles("BertDenseInt8"));
-    } else {
-      __builtin_cpu_init();
+      quantize_ = quantize_rows_u8;
+      dense_ = dense_int8_amx;
+    } else if (isa == "avx512_vnni") {
       OP_REQUIRES(context, __builtin_cpu_supports("avx512vnni") &&
                                __builtin_cpu_supports("avx512bw"),
                   errors::Unavailable("BertDenseInt8 with isa=avx512_vnni needs a CPU with "
                                       "AVX-512 VNNI, and this one has none"));
+      quantize_ = quantize_rows_u8;
+      dense_ = dense_int8_vnni;
+    } else {
+      OP_REQUIRES(context, __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"),
+                  errors::Unavailable("BertDenseInt8 with isa=avx2 needs a CPU with AVX2, and "
+                                      "this one has none"));
+      quantize_ = quantize_rows_u8_avx2;
+      dense_ = dense_int8_avx2;
+      levels_ = 127;  // its pairs of products are summed in 16 bits (dense_int8_avx2.h)
     }
   }
 
@@ -447,9 +465,11 @@ class DenseInt8Op : public OpKernel {
     float* low = lows.flat<float>().data();
     float* step = steps.flat<float>().data();
     auto* threads = context->device()->tensorflow_cpu_worker_threads();
+    const auto quantize = quantize_;
+    const int levels = levels_;
     Shard(threads->num_threads, threads->workers, padded / kPanel, 4 * kPanel * depth,
           [=](int64_t begin, int64_t end) {
-            quantize_rows_u8(in, packed_codes, low, step, rows, depth, begin, end);
+            quantize(in, packed_codes, low, step, rows, depth, begin, end, levels);
           });
     const int8_t* weights = kernel.flat<int8_t>().data();
     const float* scale = context->input(2).flat<float>().data();
@@ -457,7 +477,7 @@ class DenseInt8Op : public OpKernel {
     const float* b = context->input(4).flat<float>().data();
     float* out = y->flat<float>().data();
     const int activation = gelu_ ? 1 : 0;
-    const auto dense = amx_ ? dense_int8_amx : dense_int8_vnni;
+    const auto dense = dense_;
     // a panel's cost, in float32 multiply-adds: tiles multiply several times faster
     const int64_t cost = rows * depth * kPanel / (amx_ ? 8 : 2);
     Shard(threads->num_threads, threads->workers, panels, cost, [=](int64_t begin, int64_t end) {
@@ -468,6 +488,9 @@ class DenseInt8Op : public OpKernel {
 
  private:
   bool gelu_, amx_;
+  int levels_ = 255;
+  decltype(&quantize_rows_u8) quantize_;
+  decltype(&dense_int8_amx) dense_;
 };
 
 REGISTER_KERNEL_BUILDER(Name("BertDenseInt8").Device(DEVICE_CPU), DenseInt8Op);
