@@ -53,6 +53,44 @@ struct Int8Columns {
   }
 };
 
+// A vector code's block of rows in registers: `count` (its template) rows of codes (from a row
+// block's row, at depth block 0) against one panel over `depth_blocks` blocks of 64, the
+// outputs stored from `y` (row stride n).
+typedef void (*Int8RowsFn)(const uint8_t* codes, const int8_t* panel, int64_t depth_blocks,
+                           const Int8Columns& columns, const float* low, const float* step,
+                           float* y, int64_t n, int activation);
+
+// Panels [first_panel, end_panel) of y [rows, n] (float32) from x's codes, for the vector codes
+// (VNNI, AVX2): rows in chunks of `chunk_bytes` of codes, which stay in L2 while the panels
+// pass; each row block in groups of up to `group` rows, `rows_fns[count]` computing count.
+static inline void int8_vector_panels(const Int8RowsFn* rows_fns, int group, int64_t chunk_bytes,
+                                      const uint8_t* x_packed, const float* low,
+                                      const float* step, const int8_t* packed,
+                                      const float* scale, const float* weight_sums,
+                                      const float* bias, float* y, int64_t rows, int64_t k,
+                                      int64_t n, int activation, int64_t first_panel,
+                                      int64_t end_panel) {
+  const int64_t blocks = (rows + kInt8Block - 1) / kInt8Block;
+  const int64_t block_bytes = k * kInt8Block;  // of packed codes
+  const int64_t chunk = std::max<int64_t>(1, chunk_bytes / block_bytes);
+  for (int64_t first = 0; first < blocks; first += chunk) {
+    const int64_t last = std::min(blocks, first + chunk);
+    for (int64_t p = first_panel; p < end_panel; ++p) {
+      const int8_t* panel = packed + p * k * kInt8Block;
+      const Int8Columns columns(scale, weight_sums, bias, p);
+      for (int64_t block = first; block < last; ++block) {
+        const int64_t valid = std::min<int64_t>(kInt8Block, rows - block * kInt8Block);
+        for (int64_t r = 0; r < valid; r += group) {
+          const int64_t row = block * kInt8Block + r;
+          rows_fns[std::min<int64_t>(group, valid - r)](
+              x_packed + block * block_bytes + r * 64, panel, k / 64, columns, low + row,
+              step + row, y + row * n + p * kInt8Block, n, activation);
+        }
+      }
+    }
+  }
+}
+
 // One vector of codes (whole numbers 0..255 as int32) stored as kLanes bytes. (GCC's own
 // conversion of the generic vectors took each lane out on its own under AVX2: 4x slower.)
 static inline void store_codes(uint8_t* out, vi whole) {

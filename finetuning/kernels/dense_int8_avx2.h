@@ -19,6 +19,7 @@ namespace {
 constexpr int kAvx2Int8Rows = 2;
 constexpr int64_t kAvx2Int8ChunkBytes = 256 * 1024;  // codes of the rows one pass covers
 
+// `R` rows (an Int8RowsFn).
 template <int R>
 static void avx2_int8_rows(const uint8_t* codes, const int8_t* panel, int64_t depth_blocks,
                            const Int8Columns& columns, const float* low, const float* step,
@@ -54,6 +55,9 @@ static void avx2_int8_rows(const uint8_t* codes, const int8_t* panel, int64_t de
   }
 }
 
+constexpr Int8RowsFn kAvx2Int8RowsFns[kAvx2Int8Rows + 1] = {
+    nullptr, avx2_int8_rows<1>, avx2_int8_rows<2>};
+
 }  // namespace
 
 // Row blocks [first_block, end_block) of x [rows, k] (float32) into codes 0..levels (this
@@ -71,24 +75,7 @@ extern "C" void dense_int8_avx2(const uint8_t* x_packed, const float* low, const
                                 const float* weight_sums, const float* bias, float* y,
                                 int64_t rows, int64_t k, int64_t n, int activation,
                                 int64_t first_panel, int64_t end_panel) {
-  const int64_t blocks = (rows + kInt8Block - 1) / kInt8Block;
-  const int64_t block_bytes = k * kInt8Block;  // of packed codes
-  const int64_t chunk = std::max<int64_t>(1, kAvx2Int8ChunkBytes / block_bytes);
-  for (int64_t first = 0; first < blocks; first += chunk) {
-    const int64_t last = std::min(blocks, first + chunk);
-    for (int64_t p = first_panel; p < end_panel; ++p) {
-      const int8_t* panel = packed + p * k * kInt8Block;
-      const Int8Columns columns(scale, weight_sums, bias, p);
-      for (int64_t block = first; block < last; ++block) {
-        const int64_t valid = std::min<int64_t>(kInt8Block, rows - block * kInt8Block);
-        for (int64_t r = 0; r < valid; r += kAvx2Int8Rows) {
-          const int64_t row = block * kInt8Block + r;
-          const auto rows_fn = valid - r >= kAvx2Int8Rows ? avx2_int8_rows<kAvx2Int8Rows>
-                                                          : avx2_int8_rows<1>;
-          rows_fn(x_packed + block * block_bytes + r * 64, panel, k / 64, columns, low + row,
-                  step + row, y + row * n + p * kInt8Block, n, activation);
-        }
-      }
-    }
-  }
+  int8_vector_panels(kAvx2Int8RowsFns, kAvx2Int8Rows, kAvx2Int8ChunkBytes, x_packed, low, step,
+                     packed, scale, weight_sums, bias, y, rows, k, n, activation, first_panel,
+                     end_panel);
 }

@@ -18,8 +18,7 @@ namespace {
 constexpr int kVnniRows = 8;  // rows a block keeps in registers (16 of the 32)
 constexpr int64_t kInt8ChunkBytes = 512 * 1024;  // codes of the rows one pass covers
 
-// `R` rows of codes (from `codes`: a row block's row, at depth block 0) against one panel,
-// the outputs stored from `y` (row stride n).
+// `R` rows (an Int8RowsFn).
 template <int R>
 static void vnni_rows(const uint8_t* codes, const int8_t* panel, int64_t depth_blocks,
                       const Int8Columns& columns, const float* low, const float* step,
@@ -50,9 +49,7 @@ static void vnni_rows(const uint8_t* codes, const int8_t* panel, int64_t depth_b
   }
 }
 
-typedef void (*VnniRowsFn)(const uint8_t*, const int8_t*, int64_t, const Int8Columns&,
-                           const float*, const float*, float*, int64_t, int);
-constexpr VnniRowsFn kVnniRowsFns[kVnniRows + 1] = {
+constexpr Int8RowsFn kVnniRowsFns[kVnniRows + 1] = {
     nullptr, vnni_rows<1>, vnni_rows<2>, vnni_rows<3>, vnni_rows<4>,
     vnni_rows<5>, vnni_rows<6>, vnni_rows<7>, vnni_rows<8>};
 
@@ -72,23 +69,6 @@ extern "C" void dense_int8_vnni(const uint8_t* x_packed, const float* low, const
                                 const float* weight_sums, const float* bias, float* y,
                                 int64_t rows, int64_t k, int64_t n, int activation,
                                 int64_t first_panel, int64_t end_panel) {
-  const int64_t blocks = (rows + kInt8Block - 1) / kInt8Block;
-  const int64_t block_bytes = k * kInt8Block;  // of packed codes
-  const int64_t chunk = std::max<int64_t>(1, kInt8ChunkBytes / block_bytes);
-  for (int64_t first = 0; first < blocks; first += chunk) {
-    const int64_t last = std::min(blocks, first + chunk);
-    for (int64_t p = first_panel; p < end_panel; ++p) {
-      const int8_t* panel = packed + p * k * kInt8Block;
-      const Int8Columns columns(scale, weight_sums, bias, p);
-      for (int64_t block = first; block < last; ++block) {
-        const int64_t valid = std::min<int64_t>(kInt8Block, rows - block * kInt8Block);
-        for (int64_t r = 0; r < valid; r += kVnniRows) {
-          const int64_t row = block * kInt8Block + r;
-          kVnniRowsFns[std::min<int64_t>(kVnniRows, valid - r)](
-              x_packed + block * block_bytes + r * 64, panel, k / 64, columns, low + row,
-              step + row, y + row * n + p * kInt8Block, n, activation);
-        }
-      }
-    }
-  }
+  int8_vector_panels(kVnniRowsFns, kVnniRows, kInt8ChunkBytes, x_packed, low, step, packed,
+                     scale, weight_sums, bias, y, rows, k, n, activation, first_panel, end_panel);
 }
