@@ -154,7 +154,8 @@ def check_precision_serves(precision):
     """Raises ValueError (one line, naming the setting) where this process cannot serve in
     `precision`, before any model loads: bf16 with oneDNN capped below bfloat16 (Grappler's
     rewrite would ask oneDNN for a kernel it no longer has, and TensorFlow aborts the
-    process), int8 without oneDNN's int8 matmul (`int8_dense.int8_unavailable`)."""
+    process), int8 with neither our int8 kernels nor oneDNN's int8 matmul
+    (`int8_dense.int8_unavailable`)."""
     from modeling.core import onednn_capped_below_bfloat16, onednn_isa_cap
     if precision == "bf16" and onednn_capped_below_bfloat16():
         raise ValueError("--precision=bf16: oneDNN is capped below bfloat16 here "

@@ -45,19 +45,22 @@ SUFFIX = "_int8"
 
 
 def int8_unavailable():
-    """Why this process cannot serve in int8 (one line, naming the setting), or None. The
-    int8 matmul is oneDNN's alone: TensorFlow without oneDNN (TF_ENABLE_ONEDNN_OPTS=0, or a
-    CPU it does not serve) has no kernel for it and would fail at the first call; and a
-    machine with a GPU serves on the GPU, where it has none either."""
+    """Why this process cannot serve in int8 (one line, naming the setting), or None. int8
+    runs on the CPU, on our kernels (`packed_dense.int8_kernel`: AMX, VNNI or AVX2) or else
+    on oneDNN's int8 matmul: a machine with a GPU serves on the GPU, which has neither; and
+    TensorFlow without oneDNN (TF_ENABLE_ONEDNN_OPTS=0, or a CPU it does not serve) has no
+    kernel for oneDNN's, and would fail at the first call, where ours cannot serve."""
     from tensorflow.python.util import _pywrap_util_port
-    if not _pywrap_util_port.IsMklEnabled():
+    from finetuning.packed_dense import int8_kernel
+    if tf.config.list_physical_devices("GPU"):
+        return ("int8 serving runs on the CPU, and this machine serves on its GPU: "
+                "serve in fp32 or bf16, or hide the GPU (CUDA_VISIBLE_DEVICES=)")
+    if not _pywrap_util_port.IsMklEnabled() and int8_kernel() is None:
         setting = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
         named = f" (TF_ENABLE_ONEDNN_OPTS={setting})" if setting is not None else ""
         return (f"oneDNN is off in this process{named}, and int8 serving runs on oneDNN's "
-                "int8 matmul: serve in fp32, or turn oneDNN on")
-    if tf.config.list_physical_devices("GPU"):
-        return ("int8 serving runs on the CPU's oneDNN, and this machine serves on its GPU: "
-                "serve in fp32 or bf16, or hide the GPU (CUDA_VISIBLE_DEVICES=)")
+                "int8 matmul where our kernels do not (BERT_DENSE=0, no C++ compiler, or a "
+                "CPU without AVX2): serve in fp32, or turn oneDNN on")
     return None
 
 

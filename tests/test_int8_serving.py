@@ -1,6 +1,7 @@
 """int8 serving (finetuning/int8_dense.py): a dense layer on oneDNN's int8 matmul computes
 what its quantization says, a whole exported model has every encoder dense layer rewritten
-and its head left in float32, and where int8 cannot run it is refused in one line."""
+and its head left in float32, where int8 cannot run it is refused in one line, and with
+oneDNN off it serves on our kernels (finetuning/packed_dense.py)."""
 import os
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import tensorflow as tf
 
 from finetuning.int8_dense import activation_levels, quantize_dense_layers
 from finetuning.inference import SavedModelRunner, run_in_batches
+from finetuning.packed_dense import int8_kernel
 from modeling import named_config
 
 from serving_models import assert_int8_answers, request_features, run_graph, served_nodes
@@ -93,33 +95,66 @@ def test_a_served_model_has_every_encoder_dense_layer_in_int8_and_its_head_in_fl
     assert_int8_answers(run_in_batches(int8_runner, features, task.extra_serving_inputs), fp32)
 
 
-@pytest.mark.parametrize("variable, reason", [
-    ("TF_ENABLE_ONEDNN_OPTS=0",
-     "oneDNN is off in this process (TF_ENABLE_ONEDNN_OPTS=0), and int8 serving runs on "
-     "oneDNN's int8 matmul: serve in fp32, or turn oneDNN on"),
-])
-def test_int8_where_it_cannot_run_is_refused_in_one_line(variable, reason):
-    """Without oneDNN, TensorFlow has no kernel for the int8 matmul: the first call failed
-    with a graph-execution traceback ("Missing 0-th output"). Refused before loading."""
-    name, value = variable.split("=")
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="", **{name: value})
+def _serving_precision_in_a_process(env_changes):
+    """What `serving_precision('int8')` says in a fresh process with `env_changes`: its
+    ValueError, or "ok"."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="", **env_changes)
     script = ("from finetuning.inference import serving_precision\n"
               "try:\n"
               "    serving_precision('int8')\n"
+              "    print('ok')\n"
               "except ValueError as err:\n"
               "    print(err)\n")
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                           text=True, timeout=300, cwd=REPO)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == f"--precision=int8: {reason}"
+    return done.stdout.strip()
+
+
+def test_int8_where_it_cannot_run_is_refused_in_one_line():
+    """Without oneDNN, TensorFlow has no kernel for oneDNN's int8 matmul: the first call
+    failed with a graph-execution traceback ("Missing 0-th output"). Where our int8 kernels
+    do not serve either (here: BERT_DENSE=0), refused before loading."""
+    said = _serving_precision_in_a_process({"TF_ENABLE_ONEDNN_OPTS": "0", "BERT_DENSE": "0"})
+    assert said == ("--precision=int8: oneDNN is off in this process (TF_ENABLE_ONEDNN_OPTS=0), "
+                    "and int8 serving runs on oneDNN's int8 matmul where our kernels do not "
+                    "(BERT_DENSE=0, no C++ compiler, or a CPU without AVX2): serve in fp32, or "
+                    "turn oneDNN on")
+
+
+def test_int8_without_onednn_serves_on_our_kernels(kernels, exported):
+    """oneDNN off, our int8 kernels on (a CPU with AVX2 or more): int8 is not refused, and a
+    served model's dense layers are ours, its answers near float32's."""
+    if int8_kernel() is None:
+        pytest.skip("our int8 kernels do not serve on this CPU (no AVX2)")
+    assert _serving_precision_in_a_process({"TF_ENABLE_ONEDNN_OPTS": "0"}) == "ok"
+    task, path = exported
+    script = ("import sys, numpy as np\n"
+              "from finetuning.inference import SavedModelRunner, run_in_batches\n"
+              "from serving_models import assert_int8_answers, request_features, served_nodes\n"
+              "path, extra = sys.argv[1], tuple(sys.argv[2:])\n"
+              "int8, fp32 = SavedModelRunner(path, 'int8'), SavedModelRunner(path, 'fp32')\n"
+              "features = request_features(6, np.random.default_rng(4))\n"
+              "assert_int8_answers(*[run_in_batches(runner, features, extra)\n"
+              "                      for runner in (int8, fp32)])\n"
+              "ops = [node.op for node in served_nodes(int8)]\n"
+              "print(ops.count('BertDenseInt8'), sum(op.startswith('Quantized') for op in ops))\n")
+    env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS="0", TF_CPP_MIN_LOG_LEVEL="3",
+               CUDA_VISIBLE_DEVICES="",
+               PYTHONPATH=os.pathsep.join([REPO, os.path.join(REPO, "tests")]))
+    done = subprocess.run([sys.executable, "-c", script, path, *task.extra_serving_inputs],
+                          env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    ours, onednn = map(int, done.stdout.split())
+    assert ours == 6 * named_config("tiny").num_hidden_layers and onednn == 0
 
 
 def test_int8_on_a_machine_serving_on_its_gpu_is_refused(monkeypatch):
     from finetuning.inference import serving_precision
     monkeypatch.setattr(tf.config, "list_physical_devices",
                         lambda kind=None: ["/physical_device:GPU:0"] if kind == "GPU" else [])
-    with pytest.raises(ValueError, match=r"^--precision=int8: int8 serving runs on the CPU's "
-                                         r"oneDNN, and this machine serves on its GPU"):
+    with pytest.raises(ValueError, match=r"^--precision=int8: int8 serving runs on the CPU, "
+                                         r"and this machine serves on its GPU"):
         serving_precision("int8")
 
 
