@@ -82,9 +82,9 @@ def pack_kernel_tiles(weight):
 
 
 def pack_int8_tiles(codes):
-    """int8 [k, n] -> [n / PANEL, k, PANEL] laid out tile by tile for AMX-INT8, which VNNI's
-    kernel reads too (finetuning/kernels/dense_int8.h): panel, depth block of 64, column
-    half, depth quad, column, the quad's four depths."""
+    """int8 [k, n] -> [n / PANEL, k, PANEL] laid out tile by tile for AMX-INT8, which the VNNI
+    and AVX2 kernels read too (finetuning/kernels/dense_int8.h): panel, depth block of 64,
+    column half, depth quad, column, the quad's four depths."""
     depth, width = codes.shape
     tiles = np.asarray(codes, np.int8).reshape(depth // 64, 16, 4, width // PANEL, 2, 16)
     return np.ascontiguousarray(tiles.transpose(3, 0, 4, 1, 5, 2)).reshape(width // PANEL, depth,
@@ -179,8 +179,8 @@ def _rewrites(graph_def, layers, isa, precision="fp32"):
     """({name: our op's NodeDef}, {names of the nodes it replaces}, [its constants]) for
     `layers` (`graph_nodes.dense_layers`' tuples): float32 `BertDense` on the packed weight;
     bf16 `BertDense` on the weight packed for AMX, the bias a float32 constant of the graph's
-    bfloat16 values; int8 `BertDenseInt8` on the weight's per-column codes, `isa` "amx" or
-    "avx512_vnni" (one layout serves both: finetuning/kernels/dense_int8.h)."""
+    bfloat16 values; int8 `BertDenseInt8` on the weight's per-column codes, `isa` "amx",
+    "avx512_vnni" or "avx2" (one layout serves all: finetuning/kernels/dense_int8.h)."""
     nodes = {node.name: node for node in graph_def.node}
     read_by = readers(graph_def)
     replaced, removed, constants = {}, set(), []
