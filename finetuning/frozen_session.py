@@ -11,6 +11,7 @@ from finetuning.eigen_transpose import transpose_as_integers
 from finetuning.fused_attention_scores import fuse_attention_scores
 from finetuning.fused_layer_norm import many_rows, many_rows_variant
 from finetuning.fused_layer_norm import PREFIX as MANY_ROWS_PREFIX
+from finetuning.int8_dense import onednn_enabled, quantize_dense_layers
 from finetuning.packed_attention import pack_attention
 from finetuning.packed_dense import int8_kernel, pack_dense_layers
 from finetuning.weight_blocking import MID_ROWS, mid_rows_variant
@@ -93,7 +94,6 @@ def freeze(session, fetches, precision="fp32"):
     frozen = tf1.graph_util.convert_variables_to_constants(session, graph.as_graph_def(), keep)
     session.close()
     if precision == "int8" and not int8_kernel():  # else our op (AMX, VNNI or AVX2), below
-        from finetuning.int8_dense import quantize_dense_layers
         frozen, _ = quantize_dense_layers(frozen, keep)
     elif precision == "bf16":
         from finetuning.bf16_graph import bfloat16_graph
@@ -102,6 +102,9 @@ def freeze(session, fetches, precision="fp32"):
     frozen, ours = fuse_add_layer_norms(frozen)  # residual add and layer norm, one op each
     # dense layers (and GELU) one op each; bf16 only on AMX, int8 on AMX, VNNI or AVX2
     frozen, dense, many_dense = pack_dense_layers(frozen, fetches, precision)
+    if precision == "int8" and int8_kernel() and onednn_enabled():
+        # the layers our op cannot take (a depth not a multiple of 64, a width not of 32)
+        frozen, _ = quantize_dense_layers(frozen, keep)
     frozen, _ = fuse_attention_scores(frozen)  # scale and mask inside the product
     frozen, _ = transpose_as_integers(frozen)  # Eigen's transposes, not oneDNN's
     variants = [many_dense] if many_dense else []

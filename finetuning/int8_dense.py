@@ -44,18 +44,24 @@ tf1 = tf.compat.v1
 SUFFIX = "_int8"
 
 
+def onednn_enabled():
+    """Whether this TensorFlow runs oneDNN's kernels (not with TF_ENABLE_ONEDNN_OPTS=0, nor
+    on a CPU it does not serve): its int8 matmul is one of them."""
+    from tensorflow.python.util import _pywrap_util_port
+    return _pywrap_util_port.IsMklEnabled()
+
+
 def int8_unavailable():
     """Why this process cannot serve in int8 (one line, naming the setting), or None. int8
     runs on the CPU, on our kernels (`packed_dense.int8_kernel`: AMX, VNNI or AVX2) or else
     on oneDNN's int8 matmul: a machine with a GPU serves on the GPU, which has neither; and
     TensorFlow without oneDNN (TF_ENABLE_ONEDNN_OPTS=0, or a CPU it does not serve) has no
     kernel for oneDNN's, and would fail at the first call, where ours cannot serve."""
-    from tensorflow.python.util import _pywrap_util_port
     from finetuning.packed_dense import int8_kernel
     if tf.config.list_physical_devices("GPU"):
         return ("int8 serving runs on the CPU, and this machine serves on its GPU: "
                 "serve in fp32 or bf16, or hide the GPU (CUDA_VISIBLE_DEVICES=)")
-    if not _pywrap_util_port.IsMklEnabled() and int8_kernel() is None:
+    if not onednn_enabled() and int8_kernel() is None:
         setting = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
         named = f" (TF_ENABLE_ONEDNN_OPTS={setting})" if setting is not None else ""
         return (f"oneDNN is off in this process{named}, and int8 serving runs on oneDNN's "

@@ -17,10 +17,10 @@ tf1 = tf.compat.v1
 LENGTH = 32
 
 
-def export_tiny(task, folder):
-    """A randomly initialised fine-tuned-looking checkpoint of `task` (the tiny BERT),
-    exported at LENGTH; returns the SavedModel's path."""
-    config = named_config("tiny").replace(vocab_size=101)
+def export_tiny(task, folder, **config_changes):
+    """A randomly initialised fine-tuned-looking checkpoint of `task` (the tiny BERT, with
+    `config_changes`), exported at LENGTH; returns the SavedModel's path."""
+    config = named_config("tiny").replace(vocab_size=101, **config_changes)
     model_fn = make_model_fn(task, TrainingSettings(bert_config=config))
     with tf.Graph().as_default():
         tf1.set_random_seed(7)

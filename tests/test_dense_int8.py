@@ -19,8 +19,10 @@ from finetuning.packed_dense import (OP_INT8, PANEL, amx_available, int8_kernel,
 from modeling import named_config
 from modeling import core
 from modeling.core import cpu_has_avx2, cpu_has_avx512_vnni
-from serving_models import (assert_int8_answers, dense_reference, request_features,
-                            served_nodes, summation_order_tolerance)
+from finetuning.int8_dense import onednn_enabled
+from finetuning.tasks import ClassifierTask
+from serving_models import (LENGTH, assert_int8_answers, dense_reference, export_tiny,
+                            request_features, served_nodes, summation_order_tolerance)
 
 ISAS = ["amx", "avx512_vnni", "avx2"]
 LEVELS = {"amx": 255, "avx512_vnni": 255, "avx2": 127}  # the activation codes' top
@@ -186,3 +188,21 @@ def test_a_served_int8_model_runs_its_dense_layers_on_the_op(kernels, exported, 
     got, theirs, float32 = [run_in_batches(runner, features, task.extra_serving_inputs)
                             for runner in (ours, onednn, fp32)]
     assert_int8_answers(got, float32, theirs)
+
+
+def test_layers_off_the_ops_sizes_stay_int8_on_onednns(kernels, tmp_path):
+    """A feed-forward of 80 (its first layer's width not a multiple of 32, its second's depth
+    not of 64): our op takes the four other layers of each block, oneDNN's int8 matmul those
+    two, so no layer asked for in int8 is served in float32; answers near fp32's."""
+    if packed_dense.int8_kernel() is None or not onednn_enabled():
+        pytest.skip("needs our int8 kernels and oneDNN's int8 matmul in one process")
+    task = ClassifierTask("sst-2", None, LENGTH)
+    path = export_tiny(task, tmp_path, intermediate_size=80)
+    layers = named_config("tiny").num_hidden_layers
+    ours, fp32 = SavedModelRunner(path, "int8"), SavedModelRunner(path, "fp32")
+    ops = [node.op for node in served_nodes(ours)]
+    assert ops.count(OP_INT8) == 4 * layers
+    assert ops.count("QuantizedMatMulWithBiasAndDequantize") == 2 * layers
+    features = request_features(6, np.random.default_rng(5))
+    assert_int8_answers(*[run_in_batches(runner, features, task.extra_serving_inputs)
+                          for runner in (ours, fp32)])
