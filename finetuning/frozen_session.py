@@ -93,7 +93,8 @@ def freeze(session, fetches, precision="fp32"):
     keep = sorted({name.split(":")[0] for name in fetches})
     frozen = tf1.graph_util.convert_variables_to_constants(session, graph.as_graph_def(), keep)
     session.close()
-    if precision == "int8" and not int8_kernel():  # else our op (AMX, VNNI or AVX2), below
+    ours_int8 = precision == "int8" and int8_kernel() is not None  # AMX, VNNI or AVX2
+    if precision == "int8" and not ours_int8:  # else our op, below
         frozen, _ = quantize_dense_layers(frozen, keep)
     elif precision == "bf16":
         from finetuning.bf16_graph import bfloat16_graph
@@ -102,7 +103,7 @@ def freeze(session, fetches, precision="fp32"):
     frozen, ours = fuse_add_layer_norms(frozen)  # residual add and layer norm, one op each
     # dense layers (and GELU) one op each; bf16 only on AMX, int8 on AMX, VNNI or AVX2
     frozen, dense, many_dense = pack_dense_layers(frozen, fetches, precision)
-    if precision == "int8" and int8_kernel() and onednn_enabled():
+    if ours_int8 and onednn_enabled():
         # the layers our op cannot take (a depth not a multiple of 64, a width not of 32)
         frozen, _ = quantize_dense_layers(frozen, keep)
     frozen, _ = fuse_attention_scores(frozen)  # scale and mask inside the product

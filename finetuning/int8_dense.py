@@ -1,7 +1,7 @@
 """Serving in int8: the encoder's dense layers of a frozen graph on oneDNN's int8 matmul,
-where the CPU has neither AMX-INT8 nor AVX-512 VNNI (there they are our own op instead, each
-row of the activation its own scale: `packed_dense.int8_kernel`, finetuning/kernels/
-dense_int8.h), or our kernels cannot be had.
+where our own op cannot serve them (a CPU without AVX2, no kernel library, `BERT_DENSE=0`,
+or a layer off its sizes; elsewhere each row of the activation has its own scale on AMX,
+VNNI or AVX2: `packed_dense.int8_kernel`, finetuning/kernels/dense_int8.h).
 
 A dense layer `x @ W + b` (a `MatMul` on a constant weight, then a `BiasAdd` on a constant
 bias) becomes, per call:

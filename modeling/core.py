@@ -119,11 +119,17 @@ def onednn_isa_cap():
     return ""
 
 
+def _cap_allows(isas):
+    """Whether oneDNN's cap (onednn_isa_cap) leaves it the instruction sets of `isas` (the
+    names from which it uses them): no cap, or a cap among them."""
+    cap = onednn_isa_cap()
+    return not cap or cap in isas
+
+
 def onednn_capped_below_bfloat16():
     """Whether oneDNN's cap (onednn_isa_cap) is an instruction set without bfloat16
     arithmetic."""
-    cap = onednn_isa_cap()
-    return bool(cap) and cap not in _ONEDNN_BF16_ISAS
+    return not _cap_allows(_ONEDNN_BF16_ISAS)
 
 
 # oneDNN's instruction-set names from which it multiplies on AMX's tiles.
@@ -135,10 +141,7 @@ def cpu_has_amx(kind="bf16"):
     """Whether oneDNN multiplies on AMX here (an Intel Xeon from Sapphire Rapids on, and no
     oneDNN cap below AMX): the CPU some serving choices were measured on apart. `kind`: the
     tile product asked for, "bf16" or "int8"."""
-    cap = onednn_isa_cap()
-    if cap and cap not in _ONEDNN_AMX_ISAS:
-        return False
-    return f"amx_{kind}" in (_cpu_flags() or set())
+    return _cap_allows(_ONEDNN_AMX_ISAS) and f"amx_{kind}" in (_cpu_flags() or set())
 
 
 # CPU flags of an int8 dot product that adds its products in 32 bits (VNNI, AMX).
@@ -152,39 +155,31 @@ def cpu_sums_int8_in_32_bits():
     oneDNN cap below them). Without them (AVX2, AVX-512 before VNNI) it adds pairs of
     products in 16 bits first, which saturate when both reach 255 x 127: measured under
     ONEDNN_MAX_CPU_ISA=AVX2, a dense layer 5.5% off where VNNI's was 0.18% off."""
-    cap = onednn_isa_cap()
-    if cap and cap not in _ONEDNN_INT8_DOT_ISAS:
+    if not _cap_allows(_ONEDNN_INT8_DOT_ISAS):
         return False
     flags = _cpu_flags() or set()
-    if cap.startswith("AVX2_VNNI"):  # capped below AVX-512: the 256-bit VNNI only
+    if onednn_isa_cap().startswith("AVX2_VNNI"):  # capped below AVX-512: the 256-bit VNNI only
         return "avx_vnni" in flags
     return any(flag in flags for flag in _INT8_DOT_CPU_FLAGS)
 
 
-# oneDNN's instruction-set names from which it uses AVX-512 VNNI, and AVX-512 at all.
+# oneDNN's instruction-set names from which it uses AVX-512 VNNI, and AVX2 at all.
 _ONEDNN_AVX512_VNNI_ISAS = ("AVX512_CORE_VNNI",) + _ONEDNN_BF16_ISAS
-_ONEDNN_AVX512_ISAS = ("AVX512_CORE",) + _ONEDNN_AVX512_VNNI_ISAS
+_ONEDNN_AVX2_ISAS = ("AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE") + _ONEDNN_AVX512_VNNI_ISAS
 
 
 def cpu_has_avx512_vnni():
     """Whether this CPU has AVX-512 VNNI (VPDPBUSD on 512-bit registers: Intel from Cascade
     Lake, AMD from Zen 4) and oneDNN is not capped below it (`ONEDNN_MAX_CPU_ISA=AVX2` stands
     in for a CPU without it, and our kernels keep below the same line)."""
-    cap = onednn_isa_cap()
-    if cap and cap not in _ONEDNN_AVX512_VNNI_ISAS:
-        return False
-    flags = _cpu_flags() or set()
-    return "avx512_vnni" in flags and "avx512bw" in flags
+    return _cap_allows(_ONEDNN_AVX512_VNNI_ISAS) and \
+        {"avx512_vnni", "avx512bw"} <= (_cpu_flags() or set())
 
 
 def cpu_has_avx2():
     """Whether this CPU has AVX2 and FMA and oneDNN is not capped below AVX2 (a cap at SSE4.1
     stands in for an older CPU; our kernels keep below the same line)."""
-    cap = onednn_isa_cap()
-    if cap and cap not in ("AVX2", "AVX2_VNNI", "AVX2_VNNI_2") + _ONEDNN_AVX512_ISAS:
-        return False
-    flags = _cpu_flags() or set()
-    return "avx2" in flags and "fma" in flags
+    return _cap_allows(_ONEDNN_AVX2_ISAS) and {"avx2", "fma"} <= (_cpu_flags() or set())
 
 
 def matmul(a, b, transpose_b=False):
