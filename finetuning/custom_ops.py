@@ -33,7 +33,8 @@ _VECTOR_UNITS = {
     # int8 dense layers on AVX-512 VNNI, and the rows' quantization AMX's share (dense_vnni.h)
     "kernels_vnni.cc": ["-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mavx512vnni",
                         "-mavx2", "-mfma"],
-    # the dense layers on AMX, bfloat16 and int8 (dense_amx.h): used only where the CPU has it
+    # the dense layers on AMX, bfloat16 and int8 (dense_amx.h), and bfloat16 on AVX512_BF16
+    # (dense_dpbf16.h): used only where the CPU has them
     "kernels_amx.cc": ["-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl", "-mavx512bf16",
                        "-mamx-tile", "-mamx-bf16", "-mamx-int8", "-mavx2", "-mfma"],
 }
@@ -44,7 +45,8 @@ _AMX_UNIT, _NO_AMX_UNIT = "kernels_amx.cc", "kernels_no_amx.cc"
 _NO_AMX_SUFFIX = ".no_amx"
 _OP_UNIT = "ops.cc"
 _HEADERS = ("vectors.h", "packed_attention.h", "layer_norm.h", "activation.h", "dense.h",
-            "dense_int8.h", "dense_amx.h", "dense_vnni.h", "dense_int8_avx2.h")
+            "dense_int8.h", "dense_amx.h", "dense_vnni.h", "dense_int8_avx2.h",
+            "dense_dpbf16.h")
 _COMMON_FLAGS = ["-O3", "-fPIC", "-std=c++17", "-Wno-psabi", "-fno-math-errno"]
 COMPILER = os.environ.get("CXX", "g++")
 BUILD_TIMEOUT_SECONDS = 600

@@ -1,6 +1,6 @@
 """A serving graph's dense layers as one op of ours each, their weights packed at load:
-float32 on our vector kernel, bfloat16 on AMX's tiles, int8 on AMX's tiles, AVX-512 VNNI or
-AVX2, where the CPU has them.
+float32 on our vector kernel, bfloat16 on AMX's tiles or AVX512_BF16, int8 on AMX's tiles,
+AVX-512 VNNI or AVX2, where the CPU has them.
 
 A served request is a few hundred rows (the real tokens of its sequences), and at that size
 oneDNN's inner product (`_MklNativeFusedMatMul`, what the frozen graph's MatMul and BiasAdd
@@ -13,7 +13,9 @@ is stored (the GELU's five element-wise ops go). In bfloat16, oneDNN's AMX inner
 ran a 170-row 384 -> 1536 layer with its GELU at ~260 GFLOP/s where one core's tile
 products alone run at ~2,500: `BertDense` in bfloat16 (`finetuning/kernels/dense_amx.h`)
 reads both operands as whole 1 KB tiles (the weight laid out so here, once; a call's rows by
-the op), and adds the bias and GELU in float32 before its one rounding to bfloat16.
+the op), and adds the bias and GELU in float32 before its one rounding to bfloat16; on a
+CPU with AVX512_BF16 and no AMX (Zen 4 and 5), the same op on VDPBF16PS
+(`finetuning/kernels/dense_dpbf16.h`), W in the same layout, x read where it is.
 `BertDenseInt8` does the same on AMX-INT8 for `--precision=int8` (float32 in and out, each
 row of the activation quantized on the fly to its own 0..255 scale, each weight column to
 its own int8 scale), in place of `int8_dense`'s oneDNN int8 matmul; on a CPU with AVX-512
@@ -27,9 +29,9 @@ precision on a constant weight inside the encoder read only by a BiasAdd on a co
 whose width is a multiple of 32 (and depth, in bfloat16 of 32, in int8 of 64; other
 layers stay as they are); where the BiasAdd is read only by
 the exact GELU's ops (`modeling.activations.gelu`: 0.5·x·(1 + erf(x/√2))), those too. The
-op takes the last node's name, so its readers are untouched. bfloat16 only where AMX is
-(`amx_available`), int8 where AMX, VNNI or AVX2 is (`int8_kernel`); elsewhere their products
-stay oneDNN's. Not where a GPU would run
+op takes the last node's name, so its readers are untouched. bfloat16 only where AMX or
+AVX512_BF16 is (`bf16_kernel`), int8 where AMX, VNNI or AVX2 is (`int8_kernel`); elsewhere
+their products stay oneDNN's. Not where a GPU would run
 the graph, without the kernel library (`custom_ops.library()` says why) or with
 `BERT_DENSE=0` (int8 then on `int8_dense`).
 """
@@ -119,6 +121,21 @@ def amx_available(kind="bf16"):
         return False
 
 
+def bf16_kernel():
+    """Which code of ours a bfloat16 graph's dense layers (`BertDense` in bfloat16) run on
+    here: "amx" (AMX-BF16's tiles), "avx512_bf16" (AVX512_BF16's VDPBF16PS on a CPU without
+    AMX: AMD Zen 4 and 5, Intel Cooper Lake; the same layout, dense_dpbf16.h), or None:
+    oneDNN's bfloat16 products stay (no native bfloat16, oneDNN capped below it, no kernel
+    library or one built by a compiler without AMX, which holds both codes, or
+    `BERT_DENSE=0`)."""
+    from modeling.core import cpu_has_avx512_bf16
+    if not enabled():
+        return None
+    if amx_available("bf16"):
+        return "amx"
+    return "avx512_bf16" if cpu_has_avx512_bf16() and custom_ops.amx_built() else None
+
+
 def int8_kernel():
     """Which code of ours an int8 graph's dense layers (`BertDenseInt8`) run on here: "amx"
     (AMX-INT8's tiles), "avx512_vnni" (a CPU with VNNI and no AMX: AMD Zen 4 and 5, Intel
@@ -143,12 +160,12 @@ def pack_dense_layers(graph_def, fetches, precision="fp32"):
     in float32 where oneDNN is the faster for many rows (`AVX512_MANY_ROWS`), a copy under
     PREFIX of everything the dense layers feed as it was, `fetches` (tensor names) mapped to
     the copy's. "bf16" (a bfloat16 graph) and "int8" (a float32 graph whose dense layers go
-    to `BertDenseInt8`) only where AMX (bf16) or AMX, VNNI or AVX2 (int8: `int8_kernel`) is.
+    to `BertDenseInt8`) only where AMX or AVX512_BF16 (bf16: `bf16_kernel`) or AMX, VNNI or
+    AVX2 (int8: `int8_kernel`) is.
     (graph_def, 0, None) where the rewrite may not run or the kernel cannot be had."""
     on_tiles = precision in ("bf16", "int8")
-    int8_isa = int8_kernel() if precision == "int8" else None
-    if not enabled() or (precision == "bf16" and not amx_available("bf16")) or \
-            (precision == "int8" and int8_isa is None):
+    low_isa = {"int8": int8_kernel, "bf16": bf16_kernel}.get(precision, lambda: None)()
+    if not enabled() or (on_tiles and low_isa is None):
         return graph_def, 0, None
     dtype = tf.bfloat16 if precision == "bf16" else tf.float32
     depth_unit = {"bf16": 32, "int8": 64}.get(precision, 1)
@@ -157,7 +174,7 @@ def pack_dense_layers(graph_def, fetches, precision="fp32"):
     if not layers or custom_ops.library() is None:
         return graph_def, 0, None
     isa = kernel_isa()
-    replaced, removed, constants = _rewrites(graph_def, layers, int8_isa or isa, precision)
+    replaced, removed, constants = _rewrites(graph_def, layers, low_isa or isa, precision)
     variant = None
     if isa == "avx512" and not on_tiles:
         matmuls = {bias_add.input[0].split(":")[0] for bias_add, *_ in layers}
@@ -178,8 +195,8 @@ def _constant(name, value, device):
 def _rewrites(graph_def, layers, isa, precision="fp32"):
     """({name: our op's NodeDef}, {names of the nodes it replaces}, [its constants]) for
     `layers` (`graph_nodes.dense_layers`' tuples): float32 `BertDense` on the packed weight;
-    bf16 `BertDense` on the weight packed for AMX, the bias a float32 constant of the graph's
-    bfloat16 values; int8 `BertDenseInt8` on the weight's per-column codes, `isa` "amx",
+    bf16 `BertDense` on the weight packed for AMX, `isa` "amx" or "avx512_bf16" (VDPBF16PS
+    reads the same layout), the bias a float32 constant of the graph's bfloat16 values; int8 `BertDenseInt8` on the weight's per-column codes, `isa` "amx",
     "avx512_vnni" or "avx2" (one layout serves all: finetuning/kernels/dense_int8.h)."""
     nodes = {node.name: node for node in graph_def.node}
     read_by = readers(graph_def)

@@ -176,6 +176,13 @@ def cpu_has_avx512_vnni():
         {"avx512_vnni", "avx512bw"} <= (_cpu_flags() or set())
 
 
+def cpu_has_avx512_bf16():
+    """Whether the CPU has AVX512_BF16's VDPBF16PS (AMD Zen 4 and 5, Intel from Cooper Lake)
+    and oneDNN is not capped below it: our bfloat16 dense layers' code for CPUs without AMX
+    (finetuning/kernels/dense_dpbf16.h)."""
+    return _cap_allows(_ONEDNN_BF16_ISAS) and "avx512_bf16" in (_cpu_flags() or set())
+
+
 def cpu_has_avx2():
     """Whether this CPU has AVX2 and FMA and oneDNN is not capped below AVX2 (a cap at SSE4.1
     stands in for an older CPU; our kernels keep below the same line)."""

@@ -16,7 +16,8 @@
 //
 // BertDense: y = activation(x · W + bias), x [rows, k] and y float32 or bfloat16, W given
 // packed ([n / 32, k, 32]: finetuning/packed_dense.py; in bfloat16 tile by tile, dense_amx.h),
-// bias float32, activation "linear" or "gelu" (exact).
+// bias float32, activation "linear" or "gelu" (exact); bfloat16 on AMX's tiles (`isa` "amx")
+// or AVX512_BF16's VDPBF16PS ("avx512_bf16", dense_dpbf16.h).
 #include <cstdint>
 #include <functional>
 #include <type_traits>
@@ -50,6 +51,8 @@ int amx_request_tiles();
 void pack_rows_bf16(const uint16_t*, uint16_t*, int64_t, int64_t, int64_t, int64_t);
 void dense_bf16_amx(const uint16_t*, const uint16_t*, const float*, uint16_t*, int64_t, int64_t,
                     int64_t, int, int64_t, int64_t);
+void dense_bf16_dpbf16(const uint16_t*, const uint16_t*, const float*, uint16_t*, int64_t,
+                       int64_t, int64_t, int, int64_t, int64_t);
 void quantize_rows_u8(const float*, uint8_t*, float*, float*, int64_t, int64_t, int64_t, int64_t,
                       int);
 void quantize_rows_u8_avx2(const float*, uint8_t*, float*, float*, int64_t, int64_t, int64_t,
@@ -127,7 +130,7 @@ REGISTER_OP("BertDense")
     .Output("y: T")
     .Attr("T: {float, bfloat16} = DT_FLOAT")
     .Attr("activation: {'linear', 'gelu'} = 'linear'")
-    .Attr("isa: {'avx512', 'avx2', 'generic'} = 'generic'")
+    .Attr("isa: {'avx512', 'avx2', 'generic', 'amx', 'avx512_bf16'} = 'generic'")
     .SetShapeFn(DenseShape);
 
 REGISTER_OP("BertDenseInt8")
@@ -335,8 +338,9 @@ static Status DenseOperands(const Tensor& x, const Tensor& kernel, int64_t depth
 }
 
 // float32: our vector kernel (dense.h), `isa` choosing its code. bfloat16: AMX's tiles
-// (dense_amx.h), x packed tile by tile on every call; the op refuses to be built where the
-// process may not use them (finetuning/packed_dense.py rewrites to it only where it may).
+// (`isa` "amx", dense_amx.h), x packed tile by tile on every call, or AVX512_BF16's
+// VDPBF16PS ("avx512_bf16", dense_dpbf16.h), x read in place; the op refuses to be built where
+// the process may not use them (finetuning/packed_dense.py rewrites to it only where it may).
 template <typename T>
 class DenseOp : public OpKernel {
  public:
@@ -348,7 +352,14 @@ class DenseOp : public OpKernel {
     OP_REQUIRES_OK(context, context->GetAttr("isa", &isa));
     gelu_ = activation == "gelu";
     dense_ = ChooseDense(isa);
-    if (kBf16) OP_REQUIRES_OK(context, AmxTiles("BertDense in bfloat16"));
+    if (!kBf16) return;
+    tiles_ = isa != "avx512_bf16";
+    __builtin_cpu_init();
+    if (tiles_) OP_REQUIRES_OK(context, AmxTiles("BertDense in bfloat16"));
+    else
+      OP_REQUIRES(context, __builtin_cpu_supports("avx512bf16"),
+                  errors::Unavailable("BertDense with isa=avx512_bf16 needs a CPU with "
+                                      "AVX512_BF16, and this one has none"));
   }
 
   void Compute(OpKernelContext* context) override {
@@ -368,7 +379,15 @@ class DenseOp : public OpKernel {
     std::function<void(int64_t, int64_t)> work;
     Tensor x_packed;
     int64_t cost = 2 * rows * depth * kPanel;  // a panel's flops
-    if (kBf16) {
+    if (kBf16 && !tiles_) {
+      const uint16_t* in = reinterpret_cast<const uint16_t*>(x.tensor_data().data());
+      const uint16_t* packed = reinterpret_cast<const uint16_t*>(kernel.tensor_data().data());
+      uint16_t* out = reinterpret_cast<uint16_t*>(const_cast<char*>(y->tensor_data().data()));
+      work = [=](int64_t begin, int64_t end) {
+        dense_bf16_dpbf16(in, packed, b, out, rows, depth, columns, activation, begin, end);
+      };
+      cost /= 2;  // a VDPBF16PS does two products a lane
+    } else if (kBf16) {
       const int64_t padded = (rows + kPanel - 1) / kPanel * kPanel;
       OP_REQUIRES_OK(context, context->allocate_temp(DT_BFLOAT16, TensorShape({padded, depth}),
                                                      &x_packed));
@@ -397,7 +416,7 @@ class DenseOp : public OpKernel {
   }
 
  private:
-  bool gelu_;
+  bool gelu_, tiles_ = false;
   DenseFn dense_;
 };
 

@@ -66,6 +66,13 @@ static inline vf exp_nonpositive(vf x) {
   return x < splat(-87.0f) ? splat(0.0f) : y;
 }
 
+// The next of `parts` near-equal parts of `remaining` rows: a kernel's groups of rows kept in
+// registers, 25 rows as 9 + 8 + 8 and not 12 + 12 + 1, whose lone row waits on its sums'
+// latency (8-13% of a short call's product, one thread, Zen 4: bench/README.md).
+static inline int64_t even_share(int64_t remaining, int64_t parts) {
+  return (remaining + parts - 1) / parts;
+}
+
 // A vector's lanes reduced pairwise: log2(lanes) dependent steps, not lanes - 1 (a row's
 // softmax and layer norm each wait on two of these).
 static inline float lane_max(vf v) {
