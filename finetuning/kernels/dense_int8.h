@@ -62,7 +62,8 @@ typedef void (*Int8RowsFn)(const uint8_t* codes, const int8_t* panel, int64_t de
 
 // Panels [first_panel, end_panel) of y [rows, n] (float32) from x's codes, for the vector codes
 // (VNNI, AVX2): rows in chunks of `chunk_bytes` of codes, which stay in L2 while the panels
-// pass; each row block in groups of up to `group` rows, `rows_fns[count]` computing count.
+// pass; each row block in near-equal groups of up to `group` rows (`even_share`),
+// `rows_fns[count]` computing count.
 static inline void int8_vector_panels(const Int8RowsFn* rows_fns, int group, int64_t chunk_bytes,
                                       const uint8_t* x_packed, const float* low,
                                       const float* step, const int8_t* packed,
@@ -80,11 +81,12 @@ static inline void int8_vector_panels(const Int8RowsFn* rows_fns, int group, int
       const Int8Columns columns(scale, weight_sums, bias, p);
       for (int64_t block = first; block < last; ++block) {
         const int64_t valid = std::min<int64_t>(kInt8Block, rows - block * kInt8Block);
-        for (int64_t r = 0; r < valid; r += group) {
-          const int64_t row = block * kInt8Block + r;
-          rows_fns[std::min<int64_t>(group, valid - r)](
-              x_packed + block * block_bytes + r * 64, panel, k / 64, columns, low + row,
-              step + row, y + row * n + p * kInt8Block, n, activation);
+        const int64_t groups = (valid + group - 1) / group;
+        for (int64_t g = 0, r = 0; g < groups; ++g) {
+          const int64_t row = block * kInt8Block + r, count = even_share(valid - r, groups - g);
+          rows_fns[count](x_packed + block * block_bytes + r * 64, panel, k / 64, columns,
+                          low + row, step + row, y + row * n + p * kInt8Block, n, activation);
+          r += count;
         }
       }
     }
