@@ -7,8 +7,11 @@ numbers and the vector extensions tell them apart."""
 
 import os
 
-# AMD's CPU families (the `cpu family` line of /proc/cpuinfo) by core generation.
-AMD_FAMILIES = {23: "Zen/Zen 2", 25: "Zen 3/Zen 4", 26: "Zen 5"}
+# AMD's CPU families (the `cpu family` line of /proc/cpuinfo) by core generation; family 25
+# holds Zen 3 and Zen 4, told apart by AVX-512, which Zen 4 has and Zen 3 has not (a virtual
+# machine may mask the model number, not the flags the guest runs).
+AMD_FAMILIES = {23: "Zen/Zen 2", 26: "Zen 5"}
+AMD_FAMILY_25 = {False: "Zen 3", True: "Zen 4"}  # by AVX-512
 VECTOR_FLAGS = ("amx_bf16", "avx512_bf16", "avx512f", "avx2")
 
 
@@ -87,6 +90,8 @@ def cpu_name(fields=None):
         family = int(fields["cpu family"])
         amd = fields.get("vendor_id") == "AuthenticAMD"
         generation = AMD_FAMILIES.get(family) if amd else None
+        if amd and family == 25:
+            generation = AMD_FAMILY_25["avx512f" in fields.get("flags", "").split()]
         details.append(f"family {family} model {fields.get('model', '?')}"
                        + (f": {generation}" if generation else ""))
     flags = set(fields.get("flags", "").split())

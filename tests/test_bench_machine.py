@@ -26,6 +26,14 @@ def uncapped(monkeypatch):
     return monkeypatch
 
 
+@pytest.mark.parametrize("flags, generation", [("avx2 avx512f avx512_bf16", "Zen 4"),
+                                               ("avx2", "Zen 3")])
+def test_family_25_is_named_zen_4_with_avx512_and_zen_3_without(uncapped, flags, generation):
+    """AMD's family 25 holds both (Milan is model 1, Genoa model 17): AVX-512 tells them apart."""
+    fields = dict(CPUINFO, **{"cpu family": "25", "model": "17", "flags": flags})
+    assert machine.cpu_name(fields).startswith(f"AMD EPYC (family 25 model 17: {generation}; ")
+
+
 def test_a_capped_run_says_so_in_the_cpu_it_names(uncapped):
     assert machine.cpu_name(CPUINFO) == ("AMD EPYC (family 26 model 2: Zen 5; avx512_bf16, "
                                          "avx512f, avx2)")
