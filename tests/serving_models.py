@@ -136,6 +136,20 @@ def assert_int8_answers(got, float32_answers, other=None):
                 assert error <= np.abs(theirs[name] - value).max() + 0.01 * scale, name
 
 
+def assert_onednn_cap_chooses(monkeypatch, chooser, cap, expected, uncapped):
+    """`chooser()` (`packed_dense.bf16_kernel` or `int8_kernel`) with ONEDNN_MAX_CPU_ISA at
+    `cap` is `expected`; with no cap ("") `uncapped`, the best this CPU has; with
+    `BERT_DENSE=0` None: how other CPUs are stood in for, and the switch that turns ours off."""
+    if cap:
+        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
+    else:
+        monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+        expected = uncapped
+    assert chooser() == expected
+    monkeypatch.setenv("BERT_DENSE", "0")
+    assert chooser() is None
+
+
 def served_nodes(runner):
     """The NodeDefs a `SavedModelRunner` serves a call of one row with: its frozen graph
     without the copies that repeat the encoder for other sizes (finetuning/fused_layer_norm.py,

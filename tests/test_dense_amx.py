@@ -19,8 +19,8 @@ from finetuning.inference import SavedModelRunner
 from finetuning.packed_dense import OP, PANEL, amx_available, bf16_kernel, pack_kernel_tiles
 from modeling import named_config
 from modeling.core import cpu_has_avx512_bf16, cpu_has_native_bfloat16
-from serving_models import (answers_of, assert_answers_as_before, dense_reference, served_nodes,
-                            tensorflow_dense)
+from serving_models import (answers_of, assert_answers_as_before, assert_onednn_cap_chooses,
+                            dense_reference, served_nodes, tensorflow_dense)
 
 
 def _needs_amx(kind="bf16"):
@@ -116,14 +116,8 @@ def test_onednns_cap_chooses_the_bfloat16_code(kernels, monkeypatch, cap, expect
     below AVX512_BF16 none (no bfloat16 serving there at all); uncapped, the best this CPU
     has; `BERT_DENSE=0` none."""
     _needs("avx512_bf16")
-    if cap:
-        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
-    else:
-        monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
-        expected = "amx" if amx_available("bf16") else "avx512_bf16"
-    assert bf16_kernel() == expected
-    monkeypatch.setenv("BERT_DENSE", "0")
-    assert bf16_kernel() is None
+    assert_onednn_cap_chooses(monkeypatch, bf16_kernel, cap, expected,
+                              "amx" if amx_available("bf16") else "avx512_bf16")
 
 
 def test_amx_is_not_used_below_onednns_cap(monkeypatch):

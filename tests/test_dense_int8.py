@@ -21,8 +21,9 @@ from modeling import core
 from modeling.core import cpu_has_avx2, cpu_has_avx512_vnni
 from finetuning.int8_dense import onednn_enabled
 from finetuning.tasks import ClassifierTask
-from serving_models import (LENGTH, assert_int8_answers, dense_reference, export_tiny,
-                            request_features, served_nodes, summation_order_tolerance)
+from serving_models import (LENGTH, assert_int8_answers, assert_onednn_cap_chooses,
+                            dense_reference, export_tiny, request_features, served_nodes,
+                            summation_order_tolerance)
 
 ISAS = ["amx", "avx512_vnni", "avx2"]
 LEVELS = {"amx": 255, "avx512_vnni": 255, "avx2": 127}  # the activation codes' top
@@ -151,14 +152,8 @@ def test_onednns_cap_chooses_the_int8_code(kernels, monkeypatch, cap, expected):
     below VNNI (Skylake, a Zen 3) AVX2's, below AVX2 oneDNN's int8; uncapped, the best this
     CPU has."""
     _needs("avx512_vnni")
-    if cap:
-        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
-    else:
-        monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
-        expected = "amx" if amx_available("int8") else "avx512_vnni"
-    assert int8_kernel() == expected
-    monkeypatch.setenv("BERT_DENSE", "0")
-    assert int8_kernel() is None
+    assert_onednn_cap_chooses(monkeypatch, int8_kernel, cap, expected,
+                              "amx" if amx_available("int8") else "avx512_vnni")
 
 
 @pytest.mark.parametrize("isa", ISAS)
