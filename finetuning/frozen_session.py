@@ -80,8 +80,8 @@ def freeze(session, fetches, precision="fp32"):
     attention is our one op on the real rows (`packed_attention`), each residual add and
     layer norm another (`add_layer_norm`) and each dense layer with its GELU another
     (`packed_dense`: in float32, with AVX-512 a copy keeping oneDNN's for many rows; in
-    bfloat16 on AMX's tiles, in int8 on AMX's, VNNI or AVX2, where the CPU has them), where
-    our kernels can be had (`custom_ops`).
+    bfloat16 on AMX's tiles or AVX512_BF16, in int8 on AMX's, VNNI or AVX2, where the CPU has
+    them), where our kernels can be had (`custom_ops`).
     Without them, attention's scores are scaled and masked inside their product
     (`fused_attention_scores`), its transposes run on TensorFlow's own kernel
     (`eigen_transpose`: oneDNN's costs ~40 us a call however small), and a copy of the
@@ -101,7 +101,7 @@ def freeze(session, fetches, precision="fp32"):
         frozen = bfloat16_graph(frozen, keep)
     frozen, _ = pack_attention(frozen)  # attention on the real rows, one op a layer
     frozen, ours = fuse_add_layer_norms(frozen)  # residual add and layer norm, one op each
-    # dense layers (and GELU) one op each; bf16 only on AMX, int8 on AMX, VNNI or AVX2
+    # dense layers (and GELU) one op each; bf16 on AMX or AVX512_BF16, int8 on AMX, VNNI or AVX2
     frozen, dense, many_dense = pack_dense_layers(frozen, fetches, precision)
     if ours_int8 and onednn_enabled():
         # the layers our op cannot take (a depth not a multiple of 64, a width not of 32)

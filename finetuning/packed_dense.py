@@ -196,8 +196,9 @@ def _rewrites(graph_def, layers, isa, precision="fp32"):
     """({name: our op's NodeDef}, {names of the nodes it replaces}, [its constants]) for
     `layers` (`graph_nodes.dense_layers`' tuples): float32 `BertDense` on the packed weight;
     bf16 `BertDense` on the weight packed for AMX, `isa` "amx" or "avx512_bf16" (VDPBF16PS
-    reads the same layout), the bias a float32 constant of the graph's bfloat16 values; int8 `BertDenseInt8` on the weight's per-column codes, `isa` "amx",
-    "avx512_vnni" or "avx2" (one layout serves all: finetuning/kernels/dense_int8.h)."""
+    reads the same layout), the bias a float32 constant of the graph's bfloat16 values; int8
+    `BertDenseInt8` on the weight's per-column codes, `isa` "amx", "avx512_vnni" or "avx2" (one
+    layout serves all: finetuning/kernels/dense_int8.h)."""
     nodes = {node.name: node for node in graph_def.node}
     read_by = readers(graph_def)
     replaced, removed, constants = {}, set(), []
