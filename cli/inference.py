@@ -22,10 +22,12 @@ def define_flags(flag_values):
                         "A SavedModel exported by bert-squad/bert-glue (--export_dir).")
     model.DEFINE_enum("precision", "auto", ["auto", "fp32", "bf16", "int8"],
                       "With --saved_model: serve in fp32, bf16 (oneDNN's automatic mixed "
-                      "precision, for CPUs with native bfloat16), or int8 (the encoder's dense "
-                      "layers on oneDNN's int8 matmul, CPU only; check the model's accuracy "
-                      "in it: bench/serving_precision.py); auto: bf16 where the CPU has "
-                      "AVX512_BF16 or AMX and no GPU serves, fp32 elsewhere.")
+                      "precision, for CPUs with native bfloat16; the dense layers on our AMX "
+                      "or AVX512_BF16 kernel), or int8 (the encoder's dense layers in int8 on "
+                      "our AMX, AVX-512 VNNI or AVX2 kernel, else oneDNN's int8 matmul; CPU "
+                      "only; check the model's accuracy in it: bench/serving_precision.py); "
+                      "auto: bf16 where the CPU has AVX512_BF16 or AMX and no GPU serves, fp32 "
+                      "elsewhere.")
     model.DEFINE_string("vocab_file", None,
                         "WordPiece vocab (a SavedModel carries its own; needed with "
                         "--init_checkpoint).")
