@@ -4,7 +4,7 @@ finetuning/packed_dense.py: `BertDense` in bfloat16 is within one bfloat16 round
 float64 reference and no further from it than TensorFlow's bfloat16 ops; the layout puts each
 1 KB tile where the kernel reads it; a served bf16 model runs every encoder dense layer on it
 and answers as before; without native bfloat16 (the CPU, a oneDNN cap, a compiler that knows
-no AMX) oneDNN's products stay. The int8 op, on AMX or VNNI: tests/test_dense_int8.py."""
+no AMX) oneDNN's products stay. The int8 op, on AMX, VNNI or AVX2: tests/test_dense_int8.py."""
 import math
 import os
 import subprocess
