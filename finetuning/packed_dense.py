@@ -163,9 +163,10 @@ def pack_dense_layers(graph_def, fetches, precision="fp32"):
     to `BertDenseInt8`) only where AMX or AVX512_BF16 (bf16: `bf16_kernel`) or AMX, VNNI or
     AVX2 (int8: `int8_kernel`) is.
     (graph_def, 0, None) where the rewrite may not run or the kernel cannot be had."""
-    on_tiles = precision in ("bf16", "int8")
-    low_isa = {"int8": int8_kernel, "bf16": bf16_kernel}.get(precision, lambda: None)()
-    if not enabled() or (on_tiles and low_isa is None):
+    low_isa = int8_kernel() if precision == "int8" else \
+        bf16_kernel() if precision == "bf16" else None  # None: fp32, or none of ours
+    low_precision = precision in ("bf16", "int8")
+    if not enabled() or (low_precision and low_isa is None):
         return graph_def, 0, None
     dtype = tf.bfloat16 if precision == "bf16" else tf.float32
     depth_unit = {"bf16": 32, "int8": 64}.get(precision, 1)
@@ -176,7 +177,7 @@ def pack_dense_layers(graph_def, fetches, precision="fp32"):
     isa = kernel_isa()
     replaced, removed, constants = _rewrites(graph_def, layers, low_isa or isa, precision)
     variant = None
-    if isa == "avx512" and not on_tiles:
+    if isa == "avx512" and not low_precision:
         matmuls = {bias_add.input[0].split(":")[0] for bias_add, *_ in layers}
         graph_def, names = with_copy(graph_def, fetches, fed_by(graph_def, matmuls), PREFIX)
         variant = (range(AVX512_MANY_ROWS, sys.maxsize), names)
