@@ -32,10 +32,12 @@ constexpr int kDenseWidth = kDenseVectors * kLanes;  // columns one block comput
 // Floats of x a chunk of rows holds at most (192 KB: in L2 beside a panel on every x86 CPU
 // of the last decade; 512 KB and 1 MB measured no faster on the Xeon of bench/README.md).
 constexpr int64_t kDenseChunkFloats = 49152;
-// Depths a pass over the panels covers: a panel's 192 rows (24 KB) stay in L1 while the
-// chunk's row blocks pass (192 divides BERT's 768, 1024, 3072 and 384, 1536; on the Xeon of
-// bench/README.md AVX2 code ran ~10% faster with it than over all of k, AVX-512 the same).
-constexpr int64_t kDenseDepth = 192;
+// Depths a pass over the panels covers: the 24 KB of a panel's columns a block reads stay in
+// L1 while the chunk's row blocks pass: 192 rows of AVX-512's 32 columns, 384 of AVX2's 16
+// (both divide BERT's 768, 1024, 3072 and 384, 1536). On the Xeon of bench/README.md AVX2
+// code ran ~10% faster with 192 than over all of k (96 KB), AVX-512 the same; on a Zen 4 AVX2
+// code ran 2-5% faster with 384 than with 192 at 170-400 rows, 13% at 40.
+constexpr int64_t kDenseDepth = 24576 / (kDenseWidth * sizeof(float));
 
 // One block: rows [0, R) of x (row stride k) against kDenseWidth columns of a panel, over
 // depths [k_begin, k_end): the sums start from zero on the first depth block (else from y),
