@@ -46,7 +46,7 @@ _NO_AMX_SUFFIX = ".no_amx"
 _OP_UNIT = "ops.cc"
 _HEADERS = ("vectors.h", "packed_attention.h", "layer_norm.h", "activation.h", "dense.h",
             "dense_int8.h", "dense_amx.h", "dense_vnni.h", "dense_int8_avx2.h",
-            "dense_dpbf16.h")
+            "dense_dpbf16.h", "team.h")
 _COMMON_FLAGS = ["-O3", "-fPIC", "-std=c++17", "-Wno-psabi", "-fno-math-errno"]
 COMPILER = os.environ.get("CXX", "g++")
 BUILD_TIMEOUT_SECONDS = 600

@@ -18,6 +18,9 @@
 // packed ([n / 32, k, 32]: finetuning/packed_dense.py; in bfloat16 tile by tile, dense_amx.h),
 // bias float32, activation "linear" or "gelu" (exact); bfloat16 on AMX's tiles (`isa` "amx")
 // or AVX512_BF16's VDPBF16PS ("avx512_bf16", dense_dpbf16.h).
+//
+// Each op's parallel loop runs on one team of threads all our ops share (team.h).
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <type_traits>
@@ -28,6 +31,7 @@
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
 #include "tensorflow/core/util/work_sharder.h"
+#include "team.h"
 
 using namespace tensorflow;  // NOLINT
 
@@ -78,6 +82,22 @@ void packed_attention_avx2(const void*, const void*, const void*, void*, int, in
                            float, const int*, const int*, const uint8_t*, int64_t, int64_t);
 void packed_attention_generic(const void*, const void*, const void*, void*, int, int, int, int,
                               float, const int*, const int*, const uint8_t*, int64_t, int64_t);
+}
+
+// Runs work(begin, end) over [0, total) units of about `cost` flops each: on the team of
+// threads our ops share (team.h), on the caller alone where that is little work, and on
+// TensorFlow's Shard where the team is switched off (BERT_TEAM=0) or held by another op.
+static void ParallelFor(OpKernelContext* context, int64_t total, int64_t cost,
+                        const std::function<void(int64_t, int64_t)>& work) {
+  auto* threads = context->device()->tensorflow_cpu_worker_threads();
+  team::Team* shared = team::Shared(threads->num_threads);
+  if (shared != nullptr) {
+    if (total <= 1 || total * cost < team::kInlineCost) return work(0, total);
+    // units a claim takes: about eight claims a thread, so a late thread costs little
+    const int64_t grain = std::max<int64_t>(1, total / (8 * threads->num_threads));
+    if (shared->Run(total, grain, work)) return;
+  }
+  Shard(threads->num_threads, threads->workers, total, cost, work);
 }
 
 REGISTER_OP("BertPackedAttention")
@@ -229,8 +249,7 @@ class PackedAttentionOp : public OpKernel {
       attend(q, k, v, out, bf16, width, heads, head_size, scale, starts.data(), lengths.data(),
              key_valid.data(), begin, end);
     };
-    auto* threads = context->device()->tensorflow_cpu_worker_threads();
-    Shard(threads->num_threads, threads->workers, static_cast<int64_t>(batch) * heads, cost, work);
+    ParallelFor(context, static_cast<int64_t>(batch) * heads, cost, work);
   }
 
  private:
@@ -290,8 +309,7 @@ class AddLayerNormOp : public OpKernel {
     auto work = [&](int64_t begin, int64_t end) {
       normalize(in, res, g, b, epsilon, out, low, bf16, columns, begin, end);
     };
-    auto* threads = context->device()->tensorflow_cpu_worker_threads();
-    Shard(threads->num_threads, threads->workers, rows, 12 * width, work);
+    ParallelFor(context, rows, 12 * width, work);
   }
 
  private:
@@ -393,8 +411,7 @@ class DenseOp : public OpKernel {
                                                      &x_packed));
       const uint16_t* in = reinterpret_cast<const uint16_t*>(x.tensor_data().data());
       uint16_t* tiles = reinterpret_cast<uint16_t*>(const_cast<char*>(x_packed.tensor_data().data()));
-      auto* threads = context->device()->tensorflow_cpu_worker_threads();
-      Shard(threads->num_threads, threads->workers, padded / kPanel, kPanel * depth,
+      ParallelFor(context, padded / kPanel, kPanel * depth,
             [=](int64_t begin, int64_t end) { pack_rows_bf16(in, tiles, rows, depth, begin, end); });
       const uint16_t* packed = reinterpret_cast<const uint16_t*>(kernel.tensor_data().data());
       uint16_t* out = reinterpret_cast<uint16_t*>(const_cast<char*>(y->tensor_data().data()));
@@ -411,8 +428,7 @@ class DenseOp : public OpKernel {
         dense(in, packed, b, out, rows, depth, columns, activation, begin, end);
       };
     }
-    auto* threads = context->device()->tensorflow_cpu_worker_threads();
-    Shard(threads->num_threads, threads->workers, panels, cost, work);
+    ParallelFor(context, panels, cost, work);
   }
 
  private:
@@ -483,10 +499,9 @@ class DenseInt8Op : public OpKernel {
     uint8_t* packed_codes = codes.flat<uint8_t>().data();
     float* low = lows.flat<float>().data();
     float* step = steps.flat<float>().data();
-    auto* threads = context->device()->tensorflow_cpu_worker_threads();
     const auto quantize = quantize_;
     const int levels = levels_;
-    Shard(threads->num_threads, threads->workers, padded / kPanel, 4 * kPanel * depth,
+    ParallelFor(context, padded / kPanel, 4 * kPanel * depth,
           [=](int64_t begin, int64_t end) {
             quantize(in, packed_codes, low, step, rows, depth, begin, end, levels);
           });
@@ -499,7 +514,7 @@ class DenseInt8Op : public OpKernel {
     const auto dense = dense_;
     // a panel's cost, in float32 multiply-adds: tiles multiply several times faster
     const int64_t cost = rows * depth * kPanel / (amx_ ? 8 : 2);
-    Shard(threads->num_threads, threads->workers, panels, cost, [=](int64_t begin, int64_t end) {
+    ParallelFor(context, panels, cost, [=](int64_t begin, int64_t end) {
       dense(packed_codes, low, step, weights, scale, sums, b, out, rows, depth, columns,
             activation, begin, end);
     });
