@@ -87,7 +87,8 @@ def freeze(session, fetches, precision="fp32"):
     (`fused_attention_scores`), its transposes run on TensorFlow's own kernel
     (`eigen_transpose`: oneDNN's costs ~40 us a call however small), and a copy of the
     graph with oneDNN's layer norm serves calls of many rows (`fused_layer_norm`). Returns
-    the session and the variants `SessionCall` picks from: those copies and, in float32
+    the session (its ops one at a time where ours are in it: `session_config`) and the
+    variants `SessionCall` picks from: those copies and, in float32
     without our dense layers, the copy whose dense layers serve 7-80 rows
     (`weight_blocking`); none where there is no such copy."""
     graph = session.graph

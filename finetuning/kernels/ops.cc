@@ -411,8 +411,9 @@ class DenseOp : public OpKernel {
                                                      &x_packed));
       const uint16_t* in = reinterpret_cast<const uint16_t*>(x.tensor_data().data());
       uint16_t* tiles = reinterpret_cast<uint16_t*>(const_cast<char*>(x_packed.tensor_data().data()));
-      ParallelFor(context, padded / kPanel, kPanel * depth,
-            [=](int64_t begin, int64_t end) { pack_rows_bf16(in, tiles, rows, depth, begin, end); });
+      ParallelFor(context, padded / kPanel, kPanel * depth, [=](int64_t begin, int64_t end) {
+        pack_rows_bf16(in, tiles, rows, depth, begin, end);
+      });
       const uint16_t* packed = reinterpret_cast<const uint16_t*>(kernel.tensor_data().data());
       uint16_t* out = reinterpret_cast<uint16_t*>(const_cast<char*>(y->tensor_data().data()));
       work = [=](int64_t begin, int64_t end) {
@@ -501,10 +502,9 @@ class DenseInt8Op : public OpKernel {
     float* step = steps.flat<float>().data();
     const auto quantize = quantize_;
     const int levels = levels_;
-    ParallelFor(context, padded / kPanel, 4 * kPanel * depth,
-          [=](int64_t begin, int64_t end) {
-            quantize(in, packed_codes, low, step, rows, depth, begin, end, levels);
-          });
+    ParallelFor(context, padded / kPanel, 4 * kPanel * depth, [=](int64_t begin, int64_t end) {
+      quantize(in, packed_codes, low, step, rows, depth, begin, end, levels);
+    });
     const int8_t* weights = kernel.flat<int8_t>().data();
     const float* scale = context->input(2).flat<float>().data();
     const float* sums = context->input(3).flat<float>().data();
