@@ -6,8 +6,8 @@
 // and the caller runs beside the pool's two threads on two cores. On a Zen 4 capped at AVX2 a
 // chain of a layer's dense ops ran at ~150 GFLOP/s on two cores where the kernel on two
 // threads of its own runs at ~195; with this team (and the serving session's inter-op pool at
-// one thread, finetuning/frozen_session.py) whole SQuAD requests at batch 1 took 1.07-1.13x
-// less time (bench/README.md).
+// one thread, finetuning/frozen_session.py) whole SQuAD requests at batch 1 took 1.05-1.13x
+// less time, fp32 to int8 (bench/README.md).
 //
 // The caller of an op and `helpers` threads claim units of its work from one atomic counter
 // (a unit: a dense op's panel, an attention's (sequence, head), a layer norm's rows), so a
@@ -31,7 +31,6 @@
 #include <mutex>
 #include <string>
 #include <thread>
-#include <vector>
 
 namespace team {
 
