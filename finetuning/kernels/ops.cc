@@ -93,8 +93,11 @@ static void ParallelFor(OpKernelContext* context, int64_t total, int64_t cost,
   team::Team* shared = team::Shared(threads->num_threads);
   if (shared != nullptr) {
     if (total <= 1 || total * cost < team::kInlineCost) return work(0, total);
-    // units a claim takes: about eight claims a thread, so a late thread costs little
-    const int64_t grain = std::max<int64_t>(1, total / (8 * threads->num_threads));
+    // units a claim takes: a thread's share in one contiguous part, so that a dense op's
+    // thread reuses each chunk of x over all its panels (one panel a claim re-read all of x
+    // for each: 0.96x Shard at SQuAD batch 32 under an AVX2 cap, 1.10x with shares); a late
+    // thread's share is still taken by the caller
+    const int64_t grain = (total + threads->num_threads - 1) / threads->num_threads;
     if (shared->Run(total, grain, work)) return;
   }
   Shard(threads->num_threads, threads->workers, total, cost, work);
