@@ -7,17 +7,21 @@ fine-tuned weights go to HuggingFace's `BertForSequenceClassification` /
 `BertForQuestionAnswering` (`modeling.convert.tf_to_hf`). For every model, sequence length and
 batch, each side runs in a fresh process (`bench/serving_child.py`: ours through
 `finetuning.inference.SavedModelRunner`, as `inference.py` serves; theirs in torch's
-inference mode), the two alternating in rounds with the first side swapped each round.
+inference mode), both up at once and making the same calls in chunks in turn
+(bench/lockstep.py; about --seconds of calls a side, the first side swapped every chunk and
+every round), so that the VM's drift falls on both sides alike: run one after the other, a
+round's points moved by 10-20% between runs minutes apart on the Zen 4 of 2026-12-07.
 
     python bench/serving.py [--work_dir DIR] [--batches 1,8,32] [--seqs 128,384]
                             [--tasks classifier,squad] [--rounds 2] [--seconds 5]
-                            [--before 1,32] [--max_isa avx2]
+                            [--chunks 10] [--before 1,32] [--max_isa avx2]
 
 Prints per configuration: examples/s of each side (all timed calls of all rounds), their
 ratio, p50/p99 latency in ms, the largest difference between the two sides' outputs (a
 check that both compute the same function), and how near each side came to this machine's
 fp32 matmul ceiling (`machine.matmul_ceiling`, measured in the same run): the encoder's
-matmul FLOPs a second (training/flops.py's count, the usual basis of MFU) over the ceiling.
+matmul FLOPs a second (training/flops.py's count, the usual basis of MFU) over the ceiling,
+and the 10th and 90th percentiles of the chunks' ratios (how far the machine drifted).
 `--before BATCHES` also times, at those batches, our SavedModel served as inference.py
 served it before issue 40 (`tf.saved_model.load`'s function; side `before`), alternating
 with the others.
@@ -37,6 +41,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(REPO, "bench")
 sys.path.insert(0, REPO)  # first: bench/data_prep.py must not hide the package
 
+from lockstep import LockstepPair, chunk_bounds  # noqa: E402
 from machine import (add_max_isa_flag, cap_instruction_set, cpu_name,  # noqa: E402
                      matmul_ceiling)
 
@@ -130,12 +135,33 @@ def prepare_models(work, hf_model, tasks, seqs):
     return models
 
 
-def serve(side, model, task, seq, batch, seconds, work):
-    out = os.path.join(work, f"serve_{side}_{task}_{seq}_{batch}.json")
-    _run([sys.executable, os.path.join(BENCH, "serving_child.py"), side, model, task, str(seq),
-          str(batch), str(seconds), out], out + ".log")
-    with open(out, encoding="utf-8") as reader:
-        return json.load(reader)
+def serve_in_lockstep(models, config, sides, seconds, chunks, first_side, work):
+    """The `sides` (ours, hf, before) of one (task, seq, batch) serving the same calls in
+    lockstep (bench/lockstep.py): {side: the child's results}, and each chunk's ratio
+    (HuggingFace's seconds over ours). One chunk of a call each first sizes the run: about
+    `seconds` of calls a side (at least one a chunk), cut into `chunks`."""
+    task, seq, batch = config
+    saved_model, hf_dir = models[task, seq]
+    outs = {side: os.path.join(work, f"serve_{side}_{task}_{seq}_{batch}.json")
+            for side in sides}
+    commands = {side: [sys.executable, os.path.join(BENCH, "serving_child.py"), side,
+                       hf_dir if side == "hf" else saved_model, task, str(seq), str(batch),
+                       str(seconds), outs[side]] for side in sides}
+    pair = LockstepPair(commands, {side: out + ".log" for side, out in outs.items()}, cwd=REPO)
+    try:
+        probe = pair.serve([(0, 1)], first_side)
+        slowest = max(times[0] for times in probe.values())
+        calls = max(chunks, round(seconds / slowest))
+        timed = pair.serve(chunk_bounds(calls, chunks), first_side)
+        pair.close()
+    finally:
+        pair.kill()
+    results = {}
+    for side, out in outs.items():
+        with open(out, encoding="utf-8") as reader:
+            results[side] = json.load(reader)
+        results[side]["latencies"] = results[side]["latencies"][1:]  # not the probe's
+    return results, [hf / ours for hf, ours in zip(timed["hf"], timed["ours"])]
 
 
 def main():
@@ -147,7 +173,10 @@ def main():
     parser.add_argument("--batches", default="1,8,32")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=5.0,
-                        help="timed seconds per serving process")
+                        help="timed seconds a side per round (at least a call a chunk)")
+    parser.add_argument("--chunks", type=int, default=10,
+                        help="chunks a round's calls are cut into, the sides serving them "
+                             "in turn")
     parser.add_argument("--before", default="",
                         help="batches at which to also time the runner as it was before "
                              "issue 40 (e.g. 1,32)")
@@ -165,22 +194,21 @@ def main():
         models = prepare_models(work, args.hf_model or default_hf_model(), tasks, seqs)
         configs = [(t, s, b) for t in tasks for s in seqs for b in batches]
         runs = {(c, side): [] for c in configs for side in ("ours", "hf", "before")}
+        chunk_ratios = {c: [] for c in configs}
         ceilings = [matmul_ceiling()]
         for round_index in range(args.rounds):
-            order = ("ours", "before", "hf")
-            sides = order if round_index % 2 == 0 else order[::-1]
-            for task, seq, batch in configs:
-                saved_model, hf_dir = models[task, seq]
-                for side in sides:
-                    if side == "before" and batch not in before:
-                        continue
-                    model = hf_dir if side == "hf" else saved_model
-                    runs[(task, seq, batch), side].append(
-                        serve(side, model, task, seq, batch, args.seconds, work))
-                print(f"   round {round_index + 1}: {task} seq {seq} batch {batch} done",
+            first_side = "ours" if round_index % 2 == 0 else "hf"
+            for config in configs:
+                sides = ("ours", "hf") + (("before",) if config[2] in before else ())
+                results, ratios = serve_in_lockstep(models, config, sides, args.seconds,
+                                                    args.chunks, first_side, work)
+                for side, result in results.items():
+                    runs[config, side].append(result)
+                chunk_ratios[config] += ratios
+                print(f"   round {round_index + 1}: {' '.join(map(str, config))} done",
                       flush=True)
         ceilings.append(matmul_ceiling())
-        report(configs, runs, args, ceilings, os.path.join(work, "base", "bert_config.json"))
+        report(configs, runs, chunk_ratios, args, ceilings, os.path.join(work, "base", "bert_config.json"))
     finally:
         if not args.work_dir:
             shutil.rmtree(work, ignore_errors=True)
@@ -200,17 +228,18 @@ def encoder_gflop(config_file, seq):
     return forward_flops_per_sequence(BertConfig.from_json_file(config_file), seq, 0) / 1e9
 
 
-def report(configs, runs, args, ceilings, config_file):
+def report(configs, runs, chunk_ratios, args, ceilings, config_file):
     measured = [c["fp32"] for c in ceilings]
     ceiling = float(np.mean(measured))
     print(f"\n{cpu_name()}; {os.cpu_count()} cores; all-MiniLM-L6-v2 (or --hf_model), fp32; "
-          f"{args.rounds} rounds of {args.seconds:g} s a side, fresh processes; "
+          f"{args.rounds} rounds of ~{args.seconds:g} s a side, each round both sides' "
+          f"fresh processes serving {args.chunks} chunks in turn (bench/lockstep.py); "
           f"load average now {os.getloadavg()[0]:.2f}; fp32 matmul ceiling "
           f"{ceiling:.0f} GFLOP/s (before and after: "
           f"{', '.join(f'{value:.0f}' for value in measured)})")
     header = (f"{'model':<11}{'seq':>5}{'batch':>6}{'ours ex/s':>11}{'HF ex/s':>10}"
               f"{'ours/HF':>9}{'ours p50':>10}{'p99':>8}{'HF p50':>9}{'p99':>8}{'max |diff|':>12}"
-              f"{'ceil ours':>10}{'HF':>5}{'before':>8}{'ex/s':>8}")
+              f"{'ceil ours':>10}{'HF':>5}{'before':>8}{'ex/s':>8}{'chunks p10-p90':>16}")
     print(header)
     print("-" * len(header))
     table = []
@@ -228,12 +257,14 @@ def report(configs, runs, args, ceilings, config_file):
                    else None)
         was = (f"{100 * earlier['examples_per_s'] * gflop / ceiling:>7.1f}%"
                f"{earlier['examples_per_s']:>8.1f}" if earlier else f"{'-':>8}{'-':>8}")
+        spread = np.percentile(chunk_ratios[config], [10, 90])
         print(f"{task:<11}{seq:>5}{batch:>6}{ours['examples_per_s']:>11.1f}"
               f"{theirs['examples_per_s']:>10.1f}{ratio:>8.2f}x{ours['p50_ms']:>10.1f}"
               f"{ours['p99_ms']:>8.1f}{theirs['p50_ms']:>9.1f}{theirs['p99_ms']:>8.1f}"
-              f"{diff:>12.1e}{share['ours']:>9.1f}%{share['hf']:>4.0f}%{was}")
+              f"{diff:>12.1e}{share['ours']:>9.1f}%{share['hf']:>4.0f}%{was}"
+              f"{spread[0]:>10.2f}-{spread[1]:.2f}")
         table.append({"task": task, "seq": seq, "batch": batch, "ours": ours, "hf": theirs,
-                      "ratio": ratio, "max_abs_diff": diff, "gflop_per_example": gflop,
+                      "ratio": ratio, "chunk_ratios": chunk_ratios[config], "max_abs_diff": diff, "gflop_per_example": gflop,
                       "ceiling_share_percent": share, "before": earlier})
     if args.json:
         with open(args.json, "w", encoding="utf-8") as writer:

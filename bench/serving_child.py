@@ -1,6 +1,7 @@
 """One serving process of bench/serving.py: loads one model on one side and times calls.
 
     python bench/serving_child.py ours|before|hf MODEL TASK SEQ BATCH SECONDS OUT.json
+        [--reply_fd FD]
 
 `ours`: MODEL is a SavedModel exported by run_classifier.py / run_squad.py, called as
 `inference.py` calls it (`finetuning.inference.SavedModelRunner`: the `serving_default`
@@ -11,7 +12,9 @@ the same weights, run as `BertForSequenceClassification` / `BertForQuestionAnswe
 eval, inference_mode), NumPy in and out. TASK is `classifier` or `squad`.
 
 Both sides get the same inputs (a fixed seed), warm up for three calls (the first traces
-the graph), then call until SECONDS have passed (at least 5 calls). The JSON written holds
+the graph), then call until SECONDS have passed (at least 5 calls); with --reply_fd
+(bench/serving.py passes it), they make the calls the parent asks for, in turn with the other
+side (bench/lockstep.py: `serve START STOP` makes STOP - START calls). The JSON written holds
 the latency of every timed call, the load and first-call seconds, and the outputs of the
 first batch (for bench/serving.py to check both sides compute the same thing).
 """
@@ -24,6 +27,9 @@ import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # first: bench/data_prep.py must not hide the package
+sys.path.insert(1, os.path.join(REPO, "bench"))
+
+from lockstep import serve_commands  # noqa: E402
 
 
 def inputs(batch, seq, vocab_size, seed=0):
@@ -122,6 +128,7 @@ def hf(model, task):
 
 def main():
     side, model, task, seq, batch, seconds, out_path = sys.argv[1:8]
+    reply_fd = int(sys.argv[9]) if sys.argv[8:9] == ["--reply_fd"] else None
     seq, batch, seconds = int(seq), int(batch), float(seconds)
     with open(os.path.join(model if side == "hf" else os.path.join(model, "assets.extra"),
                            "vocab.txt"), encoding="utf-8") as reader:
@@ -135,11 +142,22 @@ def main():
     for _ in range(2):
         call(features)
     latencies = []
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end or len(latencies) < 5:
-        t0 = time.perf_counter()
-        call(features)
-        latencies.append(time.perf_counter() - t0)
+
+    def serve_calls(start, stop):
+        timed = []
+        for _ in range(start, stop):
+            t0 = time.perf_counter()
+            call(features)
+            timed.append(time.perf_counter() - t0)
+        latencies.extend(timed)
+        return timed
+
+    if reply_fd is None:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end or len(latencies) < 5:
+            serve_calls(0, 1)
+    else:
+        serve_commands(reply_fd, serve_calls)
     with open(out_path, "w", encoding="utf-8") as writer:
         json.dump({"latencies": latencies, "load_seconds": loaded - started,
                    "first_call_seconds": first_call,
