@@ -136,10 +136,11 @@ def prepare_models(work, hf_model, tasks, seqs):
 
 
 def serve_in_lockstep(models, config, sides, seconds, chunks, first_side, work):
-    """The `sides` (ours, hf, before) of one (task, seq, batch) serving the same calls in
-    lockstep (bench/lockstep.py): {side: the child's results}, and each chunk's ratio
-    (HuggingFace's seconds over ours). One chunk of a call each first sizes the run: about
-    `seconds` of calls a side (at least one a chunk), cut into `chunks`."""
+    """The `sides` (of ours, hf, before) of one (task, seq, batch) serving the same calls in
+    lockstep (bench/lockstep.py): {side: the child's results}, and each chunk's ratio (the
+    second side's seconds over the first's: HuggingFace's over ours). One chunk of a call
+    each first sizes the run: about `seconds` of calls a side (at least one a chunk), cut
+    into `chunks`."""
     task, seq, batch = config
     saved_model, hf_dir = models[task, seq]
     outs = {side: os.path.join(work, f"serve_{side}_{task}_{seq}_{batch}.json")
@@ -161,7 +162,7 @@ def serve_in_lockstep(models, config, sides, seconds, chunks, first_side, work):
         with open(out, encoding="utf-8") as reader:
             results[side] = json.load(reader)
         results[side]["latencies"] = results[side]["latencies"][1:]  # not the probe's
-    return results, [hf / ours for hf, ours in zip(timed["hf"], timed["ours"])]
+    return results, [second / first for first, second in zip(timed[sides[0]], timed[sides[1]])]
 
 
 def main():

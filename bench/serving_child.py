@@ -34,8 +34,9 @@ from lockstep import serve_commands  # noqa: E402
 
 def inputs(batch, seq, vocab_size, seed=0):
     rng = np.random.default_rng(seed)
-    ids = rng.integers(1000, vocab_size, size=(batch, seq)).astype(np.int32)
-    ids[:, 0] = 101  # [CLS]
+    # past the special tokens (a real vocabulary's first thousand; a tiny one's first half)
+    ids = rng.integers(min(1000, vocab_size // 2), vocab_size, size=(batch, seq)).astype(np.int32)
+    ids[:, 0] = min(101, vocab_size - 1)  # [CLS] (a tiny vocabulary: its last)
     segments = np.zeros((batch, seq), np.int32)
     segments[:, seq // 4:] = 1  # a question and a context, as SQuAD features
     return {"input_ids": ids, "input_mask": np.ones((batch, seq), np.int32),
