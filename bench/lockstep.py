@@ -104,6 +104,23 @@ class LockstepPair:
         raise SystemExit(f"the {side} side's process failed; see {self._logs[side]}:\n{tail}")
 
 
+def serve_in_turn(commands, outs, serve, cwd=None):
+    """Starts both sides' children (`commands` {side: argv}; each writes its results to `outs`
+    {side: JSON path}, its log beside it), lets `serve(pair)` make them serve, and ends them,
+    killed whatever happens: ({side: the child's results}, what `serve` returned)."""
+    pair = LockstepPair(commands, {side: out + ".log" for side, out in outs.items()}, cwd=cwd)
+    try:
+        served = serve(pair)
+        pair.close()
+    finally:
+        pair.kill()
+    results = {}
+    for side, out in outs.items():
+        with open(out, encoding="utf-8") as reader:
+            results[side] = json.load(reader)
+    return results, served
+
+
 def serve_commands(reply_fd, serve_items):
     """The child's side: says ready, then serves what the parent asks. `serve_items(start,
     stop)` serves work items start..stop-1 and returns their latencies (seconds)."""

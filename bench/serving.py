@@ -41,7 +41,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(REPO, "bench")
 sys.path.insert(0, REPO)  # first: bench/data_prep.py must not hide the package
 
-from lockstep import LockstepPair, chunk_bounds  # noqa: E402
+from lockstep import chunk_bounds, serve_in_turn  # noqa: E402
 from machine import (add_max_isa_flag, cap_instruction_set, cpu_name,  # noqa: E402
                      matmul_ceiling)
 
@@ -148,20 +148,16 @@ def serve_in_lockstep(models, config, sides, seconds, chunks, first_side, work):
     commands = {side: [sys.executable, os.path.join(BENCH, "serving_child.py"), side,
                        hf_dir if side == "hf" else saved_model, task, str(seq), str(batch),
                        str(seconds), outs[side]] for side in sides}
-    pair = LockstepPair(commands, {side: out + ".log" for side, out in outs.items()}, cwd=REPO)
-    try:
+
+    def probe_then_serve(pair):
         probe = pair.serve([(0, 1)], first_side)
         slowest = max(times[0] for times in probe.values())
         calls = max(chunks, round(seconds / slowest))
-        timed = pair.serve(chunk_bounds(calls, chunks), first_side)
-        pair.close()
-    finally:
-        pair.kill()
-    results = {}
-    for side, out in outs.items():
-        with open(out, encoding="utf-8") as reader:
-            results[side] = json.load(reader)
-        results[side]["latencies"] = results[side]["latencies"][1:]  # not the probe's
+        return pair.serve(chunk_bounds(calls, chunks), first_side)
+
+    results, timed = serve_in_turn(commands, outs, probe_then_serve, REPO)
+    for result in results.values():
+        result["latencies"] = result["latencies"][1:]  # not the probe's
     return results, [second / first for first, second in zip(timed[sides[0]], timed[sides[1]])]
 
 

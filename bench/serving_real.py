@@ -45,7 +45,7 @@ sys.path.insert(1, BENCH)
 
 from machine import (add_max_isa_flag, cap_instruction_set, cpu_name,  # noqa: E402
                      matmul_ceiling, refuse_bf16_when_capped)
-from lockstep import LockstepPair, chunk_bounds  # noqa: E402
+from lockstep import chunk_bounds, serve_in_turn  # noqa: E402
 from serving import default_hf_model, encoder_gflop, prepare_models  # noqa: E402
 
 SHARED = os.environ.get("BERT_SHARED_DATA", os.path.join(os.path.dirname(REPO), "shared", "data"))
@@ -102,16 +102,8 @@ def serve_pair(models, task, mode, batch, passes, requests, work, chunks, first_
                 for side in ("ours", "hf")}
     with open(requests, encoding="utf-8") as reader:
         items = -(-len(json.load(reader)) // batch) * passes
-    pair = LockstepPair(commands, {side: out + ".log" for side, out in outs.items()}, cwd=REPO)
-    try:
-        seconds = pair.serve(chunk_bounds(items, chunks), first_side)
-        pair.close()
-    finally:
-        pair.kill()
-    results = {}
-    for side, out in outs.items():
-        with open(out, encoding="utf-8") as reader:
-            results[side] = json.load(reader)
+    results, seconds = serve_in_turn(
+        commands, outs, lambda pair: pair.serve(chunk_bounds(items, chunks), first_side), REPO)
     return results, [hf / ours for hf, ours in zip(seconds["hf"], seconds["ours"])]
 
 
