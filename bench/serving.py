@@ -205,7 +205,8 @@ def main():
                 print(f"   round {round_index + 1}: {' '.join(map(str, config))} done",
                       flush=True)
         ceilings.append(matmul_ceiling())
-        report(configs, runs, chunk_ratios, args, ceilings, os.path.join(work, "base", "bert_config.json"))
+        report(configs, runs, chunk_ratios, args, ceilings,
+               os.path.join(work, "base", "bert_config.json"))
     finally:
         if not args.work_dir:
             shutil.rmtree(work, ignore_errors=True)
@@ -261,7 +262,8 @@ def report(configs, runs, chunk_ratios, args, ceilings, config_file):
               f"{diff:>12.1e}{share['ours']:>9.1f}%{share['hf']:>4.0f}%{was}"
               f"{spread[0]:>10.2f}-{spread[1]:.2f}")
         table.append({"task": task, "seq": seq, "batch": batch, "ours": ours, "hf": theirs,
-                      "ratio": ratio, "chunk_ratios": chunk_ratios[config], "max_abs_diff": diff, "gflop_per_example": gflop,
+                      "ratio": ratio, "chunk_ratios": chunk_ratios[config],
+                      "max_abs_diff": diff, "gflop_per_example": gflop,
                       "ceiling_share_percent": share, "before": earlier})
     if args.json:
         with open(args.json, "w", encoding="utf-8") as writer:
